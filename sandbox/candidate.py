@@ -1,0 +1,296 @@
+"""Entry point of a candidate process: one untrusted candidate, then exit.
+
+Started by the grader (see `sandbox.isolation`), it jails itself, imports torch and
+Triton, installs the instruments of `sandbox.guard`, says "ready", then obeys the
+grader's commands on a private pipe: load the candidate, run it on inputs read
+from files the grader owns, write the outputs back into the grader's files, time
+it. Replies are JSON (the grader never unpickles anything from this process).
+Nothing here decides a verdict: the grader compares and judges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import socket
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+from sandbox import isolation
+
+MAX_MESSAGE = 4000
+
+
+def _tail(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+class Harness:
+    def __init__(self, conn: Connection, device: str, job_dir: str) -> None:
+        import torch
+
+        from sandbox import guard
+
+        self.torch = torch
+        self.guard = guard
+        self.conn = conn
+        self.device = device
+        self.job_dir = job_dir
+        self.entry: Any = None
+        self.staged: list[Any] = []
+        self.clock = None
+        guard.install()
+        if device == "cuda":
+            from sandbox.timing import bind_clock
+
+            torch.cuda.init()
+            self.clock = bind_clock()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    # -- plumbing -----------------------------------------------------------------
+    def reply(self, **payload: Any) -> None:
+        self.conn.send_bytes(json.dumps(payload).encode())
+
+    def fail(self, error: BaseException) -> None:
+        from sandbox.guard import ForbiddenOperation
+
+        kind = "runtime_error"
+        name = type(error).__name__
+        if isinstance(error, ForbiddenOperation):
+            kind = "torch_fallback"
+        elif isinstance(error, MemoryError) or name == "OutOfMemoryError":
+            kind = "resource_limit"
+        elif "CompilationError" in name or "CompileTimeAssertionFailure" in name:
+            kind = "compile_error"
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        self.reply(ok=False, error_type=kind, message=_tail(f"{name}: {error}\n{text}"))
+
+    def _tensor(self, spec: dict[str, Any], shared: bool) -> Any:
+        torch = self.torch
+        if "value" in spec:
+            return spec["value"]
+        dtype = getattr(torch, spec["dtype"])
+        numel = 1
+        for dim in spec["shape"]:
+            numel *= dim
+        if numel == 0:
+            return torch.empty(spec["shape"], dtype=dtype)
+        flat = torch.from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
+        return flat.view(spec["shape"])
+
+    def _inputs(self, specs: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+        """Private copies for the candidate, and the originals to detect mutation."""
+        originals = [self._tensor(s, shared=False) for s in specs]
+        inputs = [
+            t.clone().to(self.device) if isinstance(t, self.torch.Tensor) else t for t in originals
+        ]
+        return inputs, originals
+
+    def _sync(self) -> None:
+        if self.clock is not None:
+            self.clock.synchronize()
+
+    def _call(self, inputs: list[Any]) -> Any:
+        return self.entry(*inputs)
+
+    # -- commands -----------------------------------------------------------------
+    def probe(self, msg: dict[str, Any]) -> None:
+        with open("/proc/self/status") as status:
+            caps = next(line for line in status if line.startswith("CapEff:"))
+        report: dict[str, Any] = {
+            "uid": os.getuid(),
+            "pid": os.getpid(),
+            "capabilities": int(caps.split()[1], 16) != 0,
+        }
+        try:
+            with open(msg["outside_path"], "w") as handle:
+                handle.write("escaped")
+            report["wrote_outside"] = True
+        except OSError:
+            report["wrote_outside"] = False
+        try:
+            with socket.create_connection(("127.0.0.1", msg["port"]), timeout=2):
+                report["connected"] = True
+        except OSError:
+            report["connected"] = False
+        self.reply(ok=True, **report)
+
+    def load(self, msg: dict[str, Any]) -> None:
+        torch = self.torch
+        try:
+            spec = importlib.util.spec_from_file_location("candidate", msg["path"])
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["candidate"] = module
+            self.guard._state.candidate_running = True
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                self.guard._state.candidate_running = False
+        except BaseException as error:  # noqa: BLE001 - any failure at import is the kernel's
+            if isinstance(error, SystemExit | KeyboardInterrupt):
+                error = RuntimeError(f"{type(error).__name__} raised at import")
+            self.reply(ok=False, error_type="compile_error", message=_tail(traceback.format_exc()))
+            return
+        if msg["format"] == "kernelbench":
+            model_cls = getattr(module, "ModelNew", None)
+            if model_cls is None:
+                self.reply(ok=False, error_type="no_entry_point", message="no class ModelNew")
+                return
+            try:
+                torch.manual_seed(msg["init_seed"])
+                model = model_cls(*msg["init_inputs"])
+                self.entry = model.to(self.device)
+            except BaseException as error:  # noqa: BLE001
+                self.fail(error)
+                return
+        else:
+            entry = getattr(module, "triton_fused_operator", None)
+            if not callable(entry):
+                self.reply(
+                    ok=False, error_type="no_entry_point", message="no triton_fused_operator"
+                )
+                return
+            self.entry = entry
+        self.reply(ok=True)
+
+    def run(self, msg: dict[str, Any]) -> None:
+        torch = self.torch
+        inputs, originals = self._inputs(msg["inputs"])
+        call = self.guard.candidate_call(msg["mode"])
+        tampered = None
+        try:
+            with call:
+                result = self._call(inputs)
+                self._sync()
+                tampered = self.guard.intact(call.poison)
+        except BaseException as error:  # noqa: BLE001 - reported, judged by the grader
+            if isinstance(error, SystemExit | KeyboardInterrupt):
+                error = RuntimeError(f"{type(error).__name__} raised by the candidate")
+            self.fail(error)
+            return
+        launches = self.guard.launches
+        if tampered:
+            self.reply(ok=False, error_type="tampering", message=tampered)
+            return
+        if isinstance(result, torch.Tensor):
+            result = [result]
+        if not isinstance(result, list | tuple):
+            self.reply(
+                ok=False,
+                error_type="wrong_output",
+                message=f"returned {type(result).__name__}, expected a list of tensors",
+            )
+            return
+        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+        input_ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+        outputs = []
+        for value, spec in zip(result, msg["outputs"], strict=False):
+            info: dict[str, Any] = {"type": type(value).__name__, "written": False}
+            if type(value) is not torch.Tensor:
+                outputs.append(info)
+                continue
+            info["shape"] = list(value.shape)
+            info["dtype"] = str(value.dtype).removeprefix("torch.")
+            info["aliases_input"] = bool(
+                value.numel() and value.untyped_storage().data_ptr() in input_ptrs
+            )
+            if info["shape"] == spec["shape"] and info["dtype"] == spec["dtype"]:
+                if value.numel():
+                    self._tensor(spec, shared=True).copy_(value.detach().to("cpu"))
+                info["written"] = True
+            outputs.append(info)
+        mutated = [
+            i
+            for i, (now, before) in enumerate(zip(inputs, originals, strict=True))
+            if isinstance(now, torch.Tensor) and not torch.equal(now.detach().to("cpu"), before)
+        ]
+        self.reply(
+            ok=True,
+            launches=launches,
+            count=len(result),
+            outputs=outputs,
+            mutated=mutated,
+        )
+
+    def time(self, msg: dict[str, Any]) -> None:
+        from sandbox.timing import time_cuda, time_wall
+
+        if self.clock is None:
+            self.reply(ok=False, error_type="sandbox_error", message="timing needs CUDA")
+            return
+        inputs = self.staged
+        box: list[Any] = []
+
+        def step() -> None:
+            box[:] = [self._call(inputs)]
+
+        try:
+            with self.guard.candidate_call("normal"):
+                if msg.get("wall"):
+                    times = [time_wall(step, self.clock, msg["runs"])]
+                else:
+                    times = time_cuda(step, self.clock, msg["runs"], msg["warmup"])
+        except BaseException as error:  # noqa: BLE001
+            self.fail(error)
+            return
+        result = box[0] if box else []
+        if isinstance(result, self.torch.Tensor):
+            result = [result]
+        for value, spec in zip(result, msg["outputs"], strict=False):
+            if (
+                type(value) is self.torch.Tensor
+                and list(value.shape) == spec["shape"]
+                and value.numel()
+            ):
+                self._tensor(spec, shared=True).copy_(value.detach().to("cpu"))
+        self.reply(ok=True, times=times)
+
+    def stage(self, msg: dict[str, Any]) -> None:
+        """Put timing inputs on the device ahead of `time`, outside the grader's clock."""
+        self.staged, _ = self._inputs(msg["inputs"])
+        self._sync()
+        self.reply(ok=True)
+
+    def serve(self) -> None:
+        handlers = {
+            "probe": self.probe,
+            "load": self.load,
+            "run": self.run,
+            "stage": self.stage,
+            "time": self.time,
+        }
+        while True:
+            try:
+                msg = self.conn.recv()
+            except EOFError:
+                return
+            if msg["cmd"] == "exit":
+                return
+            handlers[msg["cmd"]](msg)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--job-dir", required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--processes", type=int, default=512)
+    args = parser.parse_args()
+    missing = isolation.enter_jail(args.job_dir, args.processes)
+    os.chdir(args.job_dir)
+    conn = Connection(args.fd)
+    harness = Harness(conn, args.device, args.job_dir)
+    harness.reply(ok=True, ready=True, jail_missing=missing)
+    harness.serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Output comparison: pure functions over tensors already in the grader's memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Comparison:
+    passed: bool
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    mismatch_fraction: float = 0.0
+    message: str = ""
+
+
+def compare_tensor(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> Comparison:
+    """allclose semantics, plus exact agreement on where the reference is NaN or Inf."""
+    if got.shape != expected.shape:
+        return Comparison(False, message=f"shape {list(got.shape)} != {list(expected.shape)}")
+    if got.dtype != expected.dtype:
+        return Comparison(False, message=f"dtype {got.dtype} != {expected.dtype}")
+    if expected.numel() == 0:
+        return Comparison(True)
+    exp = expected.detach().to("cpu", torch.float64)
+    out = got.detach().to("cpu", torch.float64)
+    finite = torch.isfinite(exp)
+    nonfinite_ok = bool(torch.equal(torch.isnan(exp), torch.isnan(out))) and bool(
+        torch.equal(exp[torch.isinf(exp)], out[torch.isinf(exp)])
+    )
+    diff = (exp - out).abs()
+    diff = torch.where(finite, diff, torch.zeros_like(diff))
+    bad_finite = finite & ~torch.isfinite(out)
+    tolerance = atol + rtol * exp.abs()
+    mismatched = (diff > torch.where(finite, tolerance, torch.full_like(tolerance, 1e300))) | bad_finite
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    rel = diff / exp.abs().clamp_min(1e-12)
+    max_rel = float(rel[finite].max()) if bool(finite.any()) else 0.0
+    fraction = float(mismatched.double().mean())
+    passed = fraction == 0.0 and nonfinite_ok
+    message = ""
+    if bad_finite.any():
+        message = f"{int(bad_finite.sum())} NaN/Inf values where the reference is finite"
+    elif not nonfinite_ok:
+        message = "NaN/Inf pattern differs from the reference"
+    elif not passed:
+        message = (
+            f"{fraction:.2%} of values outside atol={atol:g} rtol={rtol:g} "
+            f"(max abs error {max_abs:.3g})"
+        )
+    return Comparison(passed, max_abs, max_rel, fraction, message)
+
+
+def combine(comparisons: list[Comparison]) -> Comparison:
+    """One trial's verdict over all its outputs."""
+    if not comparisons:
+        return Comparison(True)
+    failed = [(i, c) for i, c in enumerate(comparisons) if not c.passed]
+    return Comparison(
+        passed=not failed,
+        max_abs_error=max(c.max_abs_error for c in comparisons),
+        max_rel_error=max(c.max_rel_error for c in comparisons),
+        mismatch_fraction=max(c.mismatch_fraction for c in comparisons),
+        message="; ".join(f"output {i}: {c.message}" for i, c in failed),
+    )
+
+
+def degenerate_reason(
+    outputs: list[torch.Tensor], perturbed: list[list[torch.Tensor]], atol: float, rtol: float
+) -> str:
+    """Why a zero or constant answer could pass this problem ('' when it cannot).
+
+    `perturbed[j]` holds the outputs with input j redrawn. Robust-kbench's filters:
+    constant outputs, outputs below the tolerance, outputs blind to an input.
+    """
+    reasons = []
+    for i, out in enumerate(outputs):
+        if not out.is_floating_point() or out.numel() == 0:
+            continue
+        values = out.detach().to("cpu", torch.float64)
+        if float(values.abs().max()) <= atol:
+            reasons.append(f"output {i} is smaller than the tolerance")
+        elif out.numel() > 1 and float(values.max() - values.min()) <= atol + rtol * float(
+            values.abs().max()
+        ):
+            reasons.append(f"output {i} is nearly constant")
+    for j, outs in enumerate(perturbed):
+        same = all(
+            a.shape == b.shape and torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)
+            for a, b in zip(outputs, outs, strict=True)
+        )
+        if same:
+            reasons.append(f"outputs do not depend on input {j}")
+    return "; ".join(reasons)

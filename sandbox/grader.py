@@ -1,0 +1,456 @@
+"""The grader: judges one job at a time, in a process that runs no candidate code.
+
+For each job it loads the (trusted) problem, draws fresh inputs from secret seeds,
+computes the references, and drives a fresh jailed candidate process through the
+checks of DESIGN §4: load, correctness trials (outputs, dtype, shape, NaN,
+aliasing, mutation, caching), the PyTorch-fallback check with compute poisoned,
+the converse check with Triton launches turned off, then timing against eager
+PyTorch and torch.compile on a GPU. All comparisons happen here.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sandbox import compare
+from sandbox.config import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    DEFAULT_TRIALS,
+    KERNELBENCH_ATOL,
+    KERNELBENCH_RTOL,
+    SandboxConfig,
+)
+from sandbox.isolation import Limits, hand_over
+from sandbox.problem import Problem, ProblemError, load_problem, source_key
+from sandbox.process import CandidateDied, CandidateProcess
+from sandbox.result import TrialOutcome, VerifyResult
+from sandbox.static_checks import static_verdict
+
+SANDBOX_VERSION = "0.1.0"
+PROCESS_START_BUDGET_S = 120.0
+
+
+@dataclass
+class Job:
+    problem: str
+    candidate: str
+    request_id: str = ""
+    format: str = "auto"
+    trials: int = DEFAULT_TRIALS
+    atol: float | None = None
+    rtol: float | None = None
+    timing: bool = True
+    baselines: tuple[str, ...] = ("eager", "torch_compile")
+    budget_s: float = 120.0
+    seed: int | None = None
+
+
+@dataclass
+class _ProblemEntry:
+    problem: Problem
+    degenerate: str | None = None
+    baseline_ms: dict[str, float | None] = field(default_factory=dict)
+
+
+class Rejected(Exception):
+    def __init__(self, verdict: str, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+
+
+def provenance(device: str) -> dict[str, Any]:
+    import triton
+
+    info: dict[str, Any] = {
+        "device": "cpu",
+        "driver": "",
+        "torch_version": torch.__version__,
+        "triton_version": triton.__version__,
+        "python_version": platform.python_version(),
+        "sandbox_version": SANDBOX_VERSION,
+        "hostname": socket.gethostname(),
+        "interpreter": device == "cpu",
+    }
+    if device == "cuda":
+        info["device"] = torch.cuda.get_device_name()
+        try:
+            import subprocess
+
+            info["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.split("\n")[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            info["driver"] = f"cuda {torch.version.cuda}"
+    return info
+
+
+class Grader:
+    def __init__(self, config: SandboxConfig, device: str) -> None:
+        self.config = config
+        self.device = device
+        self.limits = Limits(
+            cpu_s=config.candidate_cpu_s,
+            file_mb=config.candidate_output_mb,
+            memory_mb=config.candidate_memory_mb,
+            use_address_space_limit=device == "cpu",
+        )
+        os.makedirs(config.job_root, exist_ok=True)
+        self.workdir = os.path.join(config.job_root, f"grader-{os.getpid()}")
+        os.makedirs(self.workdir, exist_ok=True)
+        self.problems: OrderedDict[str, _ProblemEntry] = OrderedDict()
+        self.spare: CandidateProcess | None = None
+        self.clock = None
+        self.provenance = provenance(device)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if device == "cuda":
+            from sandbox.timing import bind_clock
+
+            self.clock = bind_clock()
+
+    # -- candidate processes ------------------------------------------------------
+    def _new_process(self) -> CandidateProcess:
+        return CandidateProcess(self.config.job_root, self.device, self.limits)
+
+    def prestart(self) -> None:
+        if self.spare is None:
+            self.spare = self._new_process()
+
+    def take_process(self) -> CandidateProcess:
+        proc = self.spare or self._new_process()
+        self.spare = None
+        return proc
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+
+    # -- problems -----------------------------------------------------------------
+    def _problem(self, job: Job) -> _ProblemEntry:
+        key = source_key(job.problem + job.format)
+        entry = self.problems.get(key)
+        if entry is None:
+            entry = _ProblemEntry(load_problem(job.problem, job.format, self.device, self.workdir))
+            self.problems[key] = entry
+            while len(self.problems) > 64:
+                self.problems.popitem(last=False)
+        self.problems.move_to_end(key)
+        return entry
+
+    def _degenerate(self, entry: _ProblemEntry, atol: float, rtol: float) -> str:
+        if entry.degenerate is None:
+            problem = entry.problem
+            inputs = problem.make_inputs(1234)
+            outputs = problem.reference(inputs)
+            perturbed = []
+            fresh = problem.make_inputs(4321)
+            for j, value in enumerate(inputs):
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    changed = list(inputs)
+                    changed[j] = fresh[j]
+                    perturbed.append(problem.reference(changed))
+            entry.degenerate = compare.degenerate_reason(outputs, perturbed, atol, rtol)
+        return entry.degenerate
+
+    # -- the job ------------------------------------------------------------------
+    def grade(self, job: Job) -> VerifyResult:
+        started = time.monotonic()
+        deadline = started + job.budget_s
+        result = VerifyResult(verdict="correct", request_id=job.request_id)
+        proc: CandidateProcess | None = None
+        try:
+            fmt = job.format
+            if fmt == "auto":
+                from sandbox.problem import detect_format
+
+                fmt = detect_format(job.problem)
+            job.format = fmt
+            static = static_verdict(job.candidate, fmt)
+            if static is not None:
+                raise Rejected(*static)
+            try:
+                entry = self._problem(job)
+            except ProblemError as err:
+                raise Rejected("bad_problem", str(err)) from None
+            kernelbench = entry.problem.format == "kernelbench"
+            atol = job.atol if job.atol is not None else (KERNELBENCH_ATOL if kernelbench else DEFAULT_ATOL)
+            rtol = job.rtol if job.rtol is not None else (KERNELBENCH_RTOL if kernelbench else DEFAULT_RTOL)
+            try:
+                reason = self._degenerate(entry, atol, rtol)
+            except Exception as err:  # noqa: BLE001 - the problem failed to run
+                raise Rejected("bad_problem", f"the reference failed: {type(err).__name__}: {err}") from None
+            result.problem_degenerate = bool(reason)
+            proc = self.take_process()
+            self._judge(job, entry, proc, atol, rtol, deadline, result)
+            if reason and result.verdict == "correct":
+                result.message = f"correct, but the problem is degenerate: {reason}"
+        except Rejected as rejection:
+            result.verdict = rejection.verdict
+            result.message = rejection.message
+        except CandidateDied as death:
+            result.verdict = death.verdict
+            result.message = death.message
+        finally:
+            if proc is not None:
+                result.candidate_log = proc.log_tail()[-2000:]
+                proc.close()
+            result.provenance = self.provenance
+            result.elapsed_s = time.monotonic() - started
+            if self.clock is None and job.timing:
+                result.timing_unavailable_reason = "no GPU: correctness only (Triton interpreter)"
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
+        return result
+
+    # -- steps --------------------------------------------------------------------
+    def _write(self, proc: CandidateProcess, name: str, values: list[Any], writable: bool) -> list[dict[str, Any]]:
+        specs = []
+        for i, value in enumerate(values):
+            if not isinstance(value, torch.Tensor):
+                specs.append({"value": value})
+                continue
+            path = os.path.join(proc.job_dir, f"{name}{i}.bin")
+            spec = {"path": path, "shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+            if value.numel():
+                buffer = torch.from_file(path, shared=True, size=value.numel(), dtype=value.dtype)
+                if writable:
+                    buffer.fill_(float("nan") if value.is_floating_point() else 0)
+                else:
+                    buffer.copy_(value.detach().reshape(-1).to("cpu"))
+                del buffer
+                hand_over(path)
+                os.chmod(path, 0o600)
+            specs.append(spec)
+        return specs
+
+    @staticmethod
+    def _read(spec: dict[str, Any]) -> torch.Tensor:
+        dtype = getattr(torch, spec["dtype"])
+        numel = 1
+        for dim in spec["shape"]:
+            numel *= dim
+        if numel == 0:
+            return torch.empty(spec["shape"], dtype=dtype)
+        return torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype).view(spec["shape"]).clone()
+
+    def _run(
+        self,
+        proc: CandidateProcess,
+        inputs: list[Any],
+        expected: list[torch.Tensor],
+        mode: str,
+        deadline: float,
+        atol: float,
+        rtol: float,
+    ) -> tuple[compare.Comparison, dict[str, Any]]:
+        in_specs = self._write(proc, "in", inputs, writable=False)
+        out_specs = self._write(proc, "out", expected, writable=True)
+        reply = proc.request(deadline, cmd="run", inputs=in_specs, outputs=out_specs, mode=mode)
+        if not reply.get("ok"):
+            verdict = reply.get("error_type", "runtime_error")
+            if verdict not in ("runtime_error", "compile_error", "resource_limit", "torch_fallback", "tampering", "wrong_output"):
+                verdict = "runtime_error"
+            raise Rejected(verdict, str(reply.get("message", ""))[:4000])
+        if reply.get("mutated"):
+            raise Rejected("input_mutation", f"the candidate changed input(s) {reply['mutated']}")
+        count = reply.get("count")
+        if count != len(expected):
+            raise Rejected("wrong_output", f"returned {count} outputs, expected {len(expected)}")
+        comparisons = []
+        for i, (info, spec, ref) in enumerate(zip(reply["outputs"], out_specs, expected, strict=True)):
+            if info.get("type") != "Tensor":
+                raise Rejected("wrong_output", f"output {i} is a {info.get('type')}, not a plain torch.Tensor")
+            if info.get("aliases_input"):
+                raise Rejected("wrong_output", f"output {i} is an input or a view of one")
+            if info.get("shape") != spec["shape"]:
+                raise Rejected("wrong_output", f"output {i} has shape {info.get('shape')}, expected {spec['shape']}")
+            if info.get("dtype") != spec["dtype"]:
+                raise Rejected("wrong_output", f"output {i} has dtype {info.get('dtype')}, expected {spec['dtype']}")
+            comparisons.append(compare.compare_tensor(ref, self._read(spec), atol, rtol))
+        return compare.combine(comparisons), reply
+
+    def _judge(
+        self,
+        job: Job,
+        entry: _ProblemEntry,
+        proc: CandidateProcess,
+        atol: float,
+        rtol: float,
+        deadline: float,
+        result: VerifyResult,
+    ) -> None:
+        problem = entry.problem
+        start_deadline = max(deadline, time.monotonic() + PROCESS_START_BUDGET_S)
+        proc.wait_ready(start_deadline)
+        source_path = os.path.join(proc.job_dir, "candidate.py")
+        with open(source_path, "w") as handle:
+            handle.write(job.candidate)
+        hand_over(source_path)
+        reply = proc.request(
+            deadline,
+            cmd="load",
+            path=source_path,
+            format=problem.format,
+            init_inputs=problem.init_inputs,
+            init_seed=42,
+        )
+        if not reply.get("ok"):
+            raise Rejected(reply.get("error_type", "compile_error"), str(reply.get("message", ""))[:4000])
+
+        base_seed = job.seed if job.seed is not None else secrets.randbits(48)
+        previous: list[torch.Tensor] | None = None
+        previous_refs: list[torch.Tensor] | None = None
+        launches = 0
+        for index in range(job.trials):
+            inputs = problem.make_inputs(base_seed + index)
+            expected = problem.reference(inputs)
+            self._check_reference(expected)
+            comparison, reply = self._run(proc, inputs, expected, "normal", deadline, atol, rtol)
+            launches = max(launches, int(reply.get("launches", 0)))
+            outcome = TrialOutcome(
+                index=index,
+                passed=comparison.passed,
+                max_abs_error=comparison.max_abs_error,
+                max_rel_error=comparison.max_rel_error,
+                mismatch_fraction=comparison.mismatch_fraction,
+                message=comparison.message,
+            )
+            result.trials.append(outcome)
+            if not comparison.passed:
+                hint = ""
+                if previous is not None and previous_refs is not None and self._same(previous, self._outputs(proc, expected)):
+                    hint = " (the same output as for the previous, different inputs: cached?)"
+                raise Rejected("wrong_output", f"trial {index}: {comparison.message}{hint}")
+            previous, previous_refs = self._outputs(proc, expected), expected
+            if reply.get("launches", 0) == 0:
+                raise Rejected("no_triton_kernel", "no Triton kernel was launched")
+        result.kernel_launches = launches
+
+        # Fallback: PyTorch compute poisoned with NaN; the answer must not change.
+        inputs = problem.make_inputs(base_seed + 1000)
+        expected = problem.reference(inputs)
+        comparison, _ = self._run(proc, inputs, expected, "poison", deadline, atol, rtol)
+        if not comparison.passed:
+            raise Rejected(
+                "torch_fallback",
+                f"with PyTorch compute ops disabled the output is wrong ({comparison.message}): "
+                "the answer is computed by PyTorch, not Triton",
+            )
+        # Converse: Triton launches turned off; the answer must change.
+        inputs = problem.make_inputs(base_seed + 2000)
+        expected = problem.reference(inputs)
+        comparison, _ = self._run(proc, inputs, expected, "noop", deadline, atol, rtol)
+        if comparison.passed:
+            raise Rejected(
+                "torch_fallback",
+                "with every Triton launch turned off the output is still correct: "
+                "the answer does not come from the Triton kernels",
+            )
+        if job.timing and self.clock is not None:
+            self._time(job, entry, proc, deadline, atol, rtol, base_seed, result)
+        result.message = f"correct on {job.trials} trials"
+
+    def _outputs(self, proc: CandidateProcess, expected: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [self._read({"path": os.path.join(proc.job_dir, f"out{i}.bin"), "shape": list(e.shape), "dtype": str(e.dtype).removeprefix("torch.")}) for i, e in enumerate(expected)]
+
+    @staticmethod
+    def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+        return all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    @staticmethod
+    def _check_reference(expected: list[torch.Tensor]) -> None:
+        for i, out in enumerate(expected):
+            if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+                raise Rejected("bad_problem", f"reference output {i} contains NaN or Inf")
+
+    # -- timing -------------------------------------------------------------------
+    def _baseline_ms(self, entry: _ProblemEntry, name: str, inputs: list[Any]) -> float | None:
+        from sandbox.timing import summarize, time_cuda
+
+        if name in entry.baseline_ms:
+            return entry.baseline_ms[name]
+        fn = entry.problem.reference_fn
+        value: float | None = None
+        try:
+            if name == "torch_compile":
+                fn = torch.compile(fn)
+            with torch.no_grad():
+                times = time_cuda(lambda: fn(*inputs), self.clock, self.config.timing_runs, self.config.timing_warmup)
+            value = summarize(times)[0]
+        except Exception:  # noqa: BLE001 - a baseline that cannot run is reported as missing
+            value = None
+        entry.baseline_ms[name] = value
+        return value
+
+    def _time(
+        self,
+        job: Job,
+        entry: _ProblemEntry,
+        proc: CandidateProcess,
+        deadline: float,
+        atol: float,
+        rtol: float,
+        base_seed: int,
+        result: VerifyResult,
+    ) -> None:
+        from sandbox.timing import summarize
+
+        problem = entry.problem
+        inputs = problem.make_inputs(base_seed + 3000)
+        expected = problem.reference(inputs)
+        in_specs = self._write(proc, "in", inputs, writable=False)
+        out_specs = self._write(proc, "out", expected, writable=True)
+        runs, warmup = self.config.timing_runs, self.config.timing_warmup
+        staged = proc.request(deadline, cmd="stage", inputs=in_specs)
+        if not staged.get("ok"):
+            raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
+        reply = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=warmup)
+        if not reply.get("ok"):
+            raise Rejected(reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000])
+        times = [float(t) for t in reply.get("times", [])]
+        if len(times) != runs or not all(t > 0 for t in times):
+            raise Rejected("tampering", "the timing loop returned impossible measurements")
+        check = compare.combine([compare.compare_tensor(e, self._read(s), atol, rtol) for e, s in zip(expected, out_specs, strict=True)])
+        if not check.passed:
+            raise Rejected("wrong_output", f"wrong while being timed: {check.message}")
+        median, spread = summarize(times)
+        eager = self._baseline_ms(entry, "eager", inputs) if "eager" in job.baselines else None
+        compiled = (
+            self._baseline_ms(entry, "torch_compile", inputs)
+            if "torch_compile" in job.baselines
+            else None
+        )
+        retimed = False
+        if eager and eager / median > self.config.speedup_sanity_bound:
+            # Too good to be true: time back-to-back runs by this process's clock,
+            # which the candidate cannot patch, and never report less than that.
+            host_start = time.perf_counter()
+            wall = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=0, wall=True)
+            host_ms = (time.perf_counter() - host_start) * 1e3 / (runs + 1)
+            if not wall.get("ok"):
+                raise Rejected("runtime_error", str(wall.get("message", ""))[:4000])
+            median = max(median, host_ms)
+            retimed = True
+        result.candidate_ms = median
+        result.candidate_spread = spread
+        result.eager_ms = eager
+        result.compile_ms = compiled
+        result.speedup_vs_eager = eager / median if eager else None
+        result.speedup_vs_compile = compiled / median if compiled else None
+        result.timing_runs = runs
+        result.retimed = retimed

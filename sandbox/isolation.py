@@ -1,0 +1,275 @@
+"""Process isolation for untrusted candidates: namespaces, read-only host, limits.
+
+A candidate process is started as
+`unshare --pid --fork --kill-child --net --mount --mount-proc python -m sandbox.candidate`
+in its own session, so that killing its process group kills the namespace's init
+and with it every process the candidate started, detached or not. Inside, before
+anything else, `enter_jail` makes the whole file system read-only except the job
+directory, drops to an unprivileged user, and caps processes. The parent applies
+resource limits (CPU time, file size, open files, address space on CPU) and joins
+a memory/pids cgroup where the host offers one.
+
+Hosts without root or without these kernel features run candidates with fewer
+walls; `probe` names what is missing, and the server refuses to start unless the
+operator accepts weaker isolation explicitly.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import shutil
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+NOBODY = 65534
+_MS_BIND = 4096
+_SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 share this number
+_AT_FDCWD = -100
+_AT_RECURSIVE = 0x8000
+_MOUNT_ATTR_RDONLY = 0x1
+CGROUP_V1_ROOT = Path("/sys/fs/cgroup")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one candidate process."""
+
+    cpu_s: int = 600
+    file_mb: int = 64
+    open_files: int = 256
+    memory_mb: int = 8192
+    processes: int = 512
+    use_address_space_limit: bool = True  # CUDA reserves huge address space: off on GPU
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    available: bool
+    detail: str
+
+
+def namespaces_available() -> bool:
+    return os.geteuid() == 0 and shutil.which("unshare") is not None
+
+
+def jail_command(python_args: list[str]) -> list[str]:
+    """The command that starts a candidate in fresh pid, network and mount namespaces."""
+    if not namespaces_available():
+        return python_args
+    return [
+        shutil.which("unshare") or "unshare",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--net",
+        "--mount",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        *python_args,
+    ]
+
+
+def apply_limits(limits: Limits) -> None:
+    """Set rlimits on the calling process (a preexec hook, before exec)."""
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 5))
+    size = limits.file_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if limits.use_address_space_limit:
+        mem = limits.memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
+
+def enter_jail(job_dir: str, processes: int) -> list[str]:
+    """Inside the namespaces: read-only host except `job_dir`, then drop root.
+
+    Returns the steps that could not be taken (empty when fully jailed).
+    """
+    missing: list[str] = []
+    if os.geteuid() != 0 or os.getpid() != 1:
+        return ["namespaces"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    job = job_dir.encode()
+    if libc.mount(job, job, None, _MS_BIND, None) != 0:
+        missing.append(f"bind job dir (errno {ctypes.get_errno()})")
+    readonly = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if (
+        libc.syscall(
+            _SYS_MOUNT_SETATTR,
+            _AT_FDCWD,
+            b"/",
+            _AT_RECURSIVE,
+            ctypes.byref(readonly),
+            ctypes.sizeof(readonly),
+        )
+        != 0
+    ):
+        missing.append(f"read-only root (errno {ctypes.get_errno()})")
+    else:
+        writable = _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)
+        libc.syscall(
+            _SYS_MOUNT_SETATTR, _AT_FDCWD, job, 0, ctypes.byref(writable), ctypes.sizeof(writable)
+        )
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+    if candidate_uid() == NOBODY:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    elif not drop_capabilities(libc):
+        missing.append("drop privileges")
+    return missing
+
+
+def candidate_uid() -> int:
+    """The user candidates run as: nobody where it can read the runtime, else ours."""
+    if os.geteuid() == 0 and readable_by_nobody(runtime_paths()):
+        return NOBODY
+    return os.geteuid()
+
+
+def hand_over(path: str) -> None:
+    """Give a file or directory to the candidate's user, private to it."""
+    uid = candidate_uid()
+    if uid != os.geteuid():
+        os.chown(path, uid, uid)
+
+
+def runtime_paths() -> list[str]:
+    """Files a candidate process must read: the interpreter, its libraries, this package."""
+    import sysconfig
+
+    paths = {sys.executable, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]}
+    paths.add(str(Path(__file__).resolve().parent))
+    return sorted(paths)
+
+
+def readable_by_nobody(paths: list[str]) -> bool:
+    """Whether every ancestor is searchable and every path readable by others."""
+    for path in paths:
+        current = Path(path).resolve()
+        if not current.exists():
+            continue
+        if not os.stat(current).st_mode & stat.S_IROTH:
+            return False
+        for parent in current.parents:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+    return True
+
+
+def drop_capabilities(libc: ctypes.CDLL) -> bool:
+    """Stay uid 0 but without any capability, for good (no remount, no raw sockets)."""
+    pr_set_no_new_privs, pr_capbset_drop = 38, 24
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        return False
+    for cap in range(64):
+        libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        ]
+
+    header = Header(0x20080522, 0)
+    data = (Data * 2)()
+    return libc.capset(ctypes.byref(header), ctypes.byref(data)) == 0
+
+
+class Cgroup:
+    """A per-job cgroup (v1 memory+pids, or v2) capping memory and process count."""
+
+    def __init__(self, name: str, memory_mb: int, processes: int) -> None:
+        self.dirs: list[Path] = []
+        v2 = CGROUP_V1_ROOT / "cgroup.controllers"
+        if v2.exists():
+            parent = CGROUP_V1_ROOT / "drtriton"
+            parent.mkdir(exist_ok=True)
+            (CGROUP_V1_ROOT / "cgroup.subtree_control").write_text("+memory +pids")
+            (parent / "cgroup.subtree_control").write_text("+memory +pids")
+            path = parent / name
+            path.mkdir()
+            (path / "memory.max").write_text(str(memory_mb * 2**20))
+            (path / "memory.swap.max").write_text("0")
+            (path / "pids.max").write_text(str(processes))
+            self.dirs.append(path)
+            return
+        memory = CGROUP_V1_ROOT / "memory" / "drtriton" / name
+        memory.mkdir(parents=True)
+        (memory / "memory.limit_in_bytes").write_text(str(memory_mb * 2**20))
+        self.dirs.append(memory)
+        pids_root = CGROUP_V1_ROOT / "pids"
+        if pids_root.is_dir():
+            pids = pids_root / "drtriton" / name
+            pids.mkdir(parents=True)
+            (pids / "pids.max").write_text(str(processes))
+            self.dirs.append(pids)
+
+    def join(self) -> None:
+        """Move the calling process in (a preexec hook: the child joins before exec)."""
+        for path in self.dirs:
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def oom_killed(self) -> bool:
+        for path in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                events = path / name
+                if events.exists():
+                    text = events.read_text()
+                    for line in text.splitlines():
+                        key, _, value = line.partition(" ")
+                        if key in ("oom_kill", "oom") and value.strip() not in ("", "0"):
+                            return True
+            failcnt = path / "memory.failcnt"
+            if failcnt.exists() and failcnt.read_text().strip() not in ("", "0"):
+                return True
+        return False
+
+    def remove(self) -> None:
+        for path in self.dirs:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+def cgroups_available() -> bool:
+    if os.geteuid() != 0:
+        return False
+    if (CGROUP_V1_ROOT / "cgroup.controllers").exists():
+        return "memory" in (CGROUP_V1_ROOT / "cgroup.controllers").read_text()
+    return (CGROUP_V1_ROOT / "memory").is_dir() and os.access(CGROUP_V1_ROOT / "memory", os.W_OK)
+
+
+def host_features() -> list[Feature]:
+    """What this host offers, before the end-to-end probe of a real candidate process."""
+    root = os.geteuid() == 0
+    return [
+        Feature("root", root, "needed for namespaces, cgroups and dropping privileges"),
+        Feature(
+            "unshare",
+            shutil.which("unshare") is not None,
+            shutil.which("unshare") or "util-linux unshare not found",
+        ),
+        Feature("cgroups", cgroups_available(), "memory and process caps per job"),
+    ]

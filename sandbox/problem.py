@@ -1,0 +1,112 @@
+"""Problems as the grader sees them: inputs for a seed, and reference outputs.
+
+Both formats share one interface. Functional problems (DESIGN §2) define
+`get_inputs()` and `fused_operator(...)`; KernelBench problems define `Model`,
+`get_inputs()` and `get_init_inputs()` and are instantiated under a fixed seed,
+as KernelBench does, so that `ModelNew` built under the same seed gets the same
+weights.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FORMATS = ("functional", "kernelbench")
+INIT_SEED = 42
+
+
+class ProblemError(Exception):
+    """The problem itself is broken (not the candidate's fault)."""
+
+
+def detect_format(source: str) -> str:
+    """'functional' or 'kernelbench', from the names the source defines."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        raise ProblemError(f"problem does not parse: {err}") from None
+    names = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef)
+    }
+    if "fused_operator" in names and "get_inputs" in names:
+        return "functional"
+    if "Model" in names and "get_inputs" in names:
+        return "kernelbench"
+    raise ProblemError(
+        "problem defines neither get_inputs()+fused_operator() nor Model+get_inputs()"
+    )
+
+
+def source_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:24]
+
+
+@dataclass
+class Problem:
+    """A loaded problem bound to a device."""
+
+    format: str
+    module: Any
+    device: str
+    init_inputs: list[Any]
+    reference_fn: Callable[..., Any]
+
+    def make_inputs(self, seed: int) -> list[Any]:
+        import torch
+
+        torch.manual_seed(seed)
+        inputs = self.module.get_inputs()
+        if not isinstance(inputs, list | tuple):
+            raise ProblemError("get_inputs() must return a list")
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def reference(self, inputs: list[Any]) -> list[Any]:
+        import torch
+
+        with torch.no_grad():
+            out = self.reference_fn(*inputs)
+        if isinstance(out, torch.Tensor):
+            out = [out]
+        if not isinstance(out, list | tuple) or not all(isinstance(o, torch.Tensor) for o in out):
+            raise ProblemError("the reference must return a tensor or a list of tensors")
+        return list(out)
+
+
+def load_problem(source: str, fmt: str, device: str, workdir: str | None = None) -> Problem:
+    """Import the problem from a real file (Triton and inspect need one)."""
+    import torch
+
+    if fmt == "auto":
+        fmt = detect_format(source)
+    if fmt not in FORMATS:
+        raise ProblemError(f"unknown problem format {fmt!r}")
+    directory = workdir or tempfile.mkdtemp(prefix="drtriton-problem-")
+    path = os.path.join(directory, f"problem_{source_key(source)}.py")
+    with open(path, "w") as handle:
+        handle.write(source)
+    name = f"drtriton_problem_{source_key(source)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ProblemError("cannot import the problem")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - any failure is the problem's
+        raise ProblemError(f"problem failed at import: {type(err).__name__}: {err}") from None
+    if fmt == "functional":
+        return Problem(fmt, module, device, [], module.fused_operator)
+    init_inputs = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+    torch.manual_seed(INIT_SEED)
+    model = module.Model(*init_inputs).to(device).eval()
+    return Problem(fmt, module, device, init_inputs, model)

@@ -1,0 +1,222 @@
+"""The grader's handle on one candidate process: start, command, deadline, kill.
+
+A process serves exactly one candidate and is then killed with its whole
+namespace. Replies are read as bounded JSON; a process that dies, hangs or floods
+is classified by how it ended (signal, exit status, cgroup OOM) into a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from multiprocessing import Pipe
+from pathlib import Path
+from typing import Any
+
+from sandbox.isolation import (
+    Cgroup,
+    Limits,
+    apply_limits,
+    cgroups_available,
+    hand_over,
+    jail_command,
+)
+
+MAX_REPLY_BYTES = 1 << 20
+LOG_TAIL_BYTES = 4000
+REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+class CandidateDied(Exception):
+    """The candidate process ended or overran its deadline; `verdict` says how."""
+
+    def __init__(self, verdict: str, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+        self.message = message
+
+
+def _scrubbed_env(job_dir: str, device: str) -> dict[str, str]:
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": job_dir,
+        "TMPDIR": job_dir,
+        "TRITON_CACHE_DIR": os.path.join(job_dir, ".triton"),
+        "PYTHONPATH": REPO_ROOT,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "LANG": "C.UTF-8",
+    }
+    for name in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    extra = os.environ.get("DRTRITON_CANDIDATE_PYTHONPATH")
+    if extra:
+        env["PYTHONPATH"] = f"{REPO_ROOT}:{extra}"
+    return env
+
+
+class CandidateProcess:
+    """One jailed candidate process, started ahead of its job."""
+
+    def __init__(self, job_root: str, device: str, limits: Limits) -> None:
+        self.device = device
+        self.limits = limits
+        self.job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
+        os.makedirs(self.job_dir, mode=0o700)
+        hand_over(self.job_dir)
+        self.cgroup: Cgroup | None = None
+        if cgroups_available():
+            try:
+                self.cgroup = Cgroup(
+                    os.path.basename(self.job_dir), limits.memory_mb, limits.processes
+                )
+            except OSError:
+                self.cgroup = None
+        self.log_path = os.path.join(self.job_dir, "candidate.log")
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
+        hand_over(self.log_path)
+        self.conn, child_conn = Pipe(duplex=True)
+        fd = child_conn.fileno()
+        cgroup = self.cgroup
+
+        def preexec() -> None:
+            if cgroup is not None:
+                cgroup.join()
+            apply_limits(limits)
+
+        command = jail_command(
+            [
+                sys.executable,
+                "-m",
+                "sandbox.candidate",
+                "--fd",
+                str(fd),
+                "--job-dir",
+                self.job_dir,
+                "--device",
+                device,
+                "--processes",
+                str(limits.processes),
+            ]
+        )
+        self.proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(fd,),
+            cwd=self.job_dir,
+            env=_scrubbed_env(self.job_dir, device),
+            start_new_session=True,
+            preexec_fn=preexec,  # noqa: PLW1509 - limits must be set before exec
+        )
+        child_conn.close()
+        log.close()
+        self.started = time.monotonic()
+        self.ready_info: dict[str, Any] | None = None
+        self.killed_for_time = False
+
+    # -- messages -----------------------------------------------------------------
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self.conn.poll(remaining):
+            if self.proc.poll() is None:
+                self.killed_for_time = True
+                self.kill()
+                raise CandidateDied("timeout", "exceeded its time budget")
+        try:
+            raw = self.conn.recv_bytes(MAX_REPLY_BYTES)
+        except (EOFError, OSError):
+            raise self._death() from None
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            raise CandidateDied("tampering", "the candidate wrote on the grader's pipe") from None
+        if not isinstance(reply, dict):
+            raise CandidateDied("tampering", "the candidate wrote on the grader's pipe")
+        return reply
+
+    def wait_ready(self, deadline: float) -> dict[str, Any]:
+        if self.ready_info is None:
+            reply = self._receive(deadline)
+            if not reply.get("ready"):
+                raise CandidateDied("sandbox_error", "candidate process failed to start")
+            self.ready_info = reply
+        return self.ready_info
+
+    def request(self, deadline: float, **message: Any) -> dict[str, Any]:
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, OSError):
+            raise self._death() from None
+        return self._receive(deadline)
+
+    # -- ending ---------------------------------------------------------------------
+    def _death(self) -> CandidateDied:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        log = self.log_tail()
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return CandidateDied("resource_limit", "killed: out of its memory limit")
+        # `unshare --kill-child` reports the child's signal as 128 + signo.
+        signo = -code if code is not None and code < 0 else (code - 128 if code and code > 128 else 0)
+        if signo == signal.SIGXFSZ:
+            return CandidateDied("resource_limit", "killed: wrote more than its file/output limit")
+        if signo == signal.SIGXCPU:
+            return CandidateDied("timeout", "killed: exceeded its CPU-time limit")
+        if signo == signal.SIGKILL and self.killed_for_time:
+            return CandidateDied("timeout", "exceeded its time budget")
+        if "MemoryError" in log[-600:] or "Cannot allocate memory" in log[-600:]:
+            return CandidateDied("resource_limit", "ran out of its memory limit")
+        if signo:
+            name = signal.Signals(signo).name if signo in signal.valid_signals() else str(signo)
+            return CandidateDied("runtime_error", f"the candidate process died with {name}")
+        return CandidateDied("runtime_error", f"the candidate process exited (status {code})")
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - LOG_TAIL_BYTES))
+                return handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        """Kill the process and everything it started; remove its files."""
+        self.kill()
+        self.conn.close()
+        if self.cgroup is not None:
+            for _ in range(50):
+                if not any((p / "cgroup.procs").read_text().strip() for p in self.cgroup.dirs):
+                    break
+                time.sleep(0.02)
+            self.cgroup.remove()
+        shutil.rmtree(self.job_dir, ignore_errors=True)

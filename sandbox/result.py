@@ -1,0 +1,131 @@
+"""The outcome of one verification, as plain Python and as the wire message."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
+
+VERDICTS: tuple[str, ...] = tuple(
+    name.lower() for name in pb.Verdict.keys() if name != "VERDICT_UNSPECIFIED"
+)
+# Verdicts that say nothing about the kernel: a learner masks them instead of scoring 0.
+INFRASTRUCTURE_VERDICTS = frozenset({"sandbox_error", "bad_problem"})
+
+
+@dataclass
+class TrialOutcome:
+    index: int
+    passed: bool
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    mismatch_fraction: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class VerifyResult:
+    """What a client learns about one candidate (`verdict` is the lower-case enum name)."""
+
+    verdict: str
+    message: str = ""
+    request_id: str = ""
+    trials: list[TrialOutcome] = field(default_factory=list)
+    candidate_ms: float | None = None
+    candidate_spread: float | None = None
+    eager_ms: float | None = None
+    compile_ms: float | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    timing_runs: int = 0
+    retimed: bool = False
+    timing_unavailable_reason: str = ""
+    kernel_launches: int = 0
+    problem_degenerate: bool = False
+    provenance: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    candidate_log: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == "correct"
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        return self.verdict in INFRASTRUCTURE_VERDICTS
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_proto(self) -> pb.VerifyResponse:
+        timing = pb.Timing(
+            runs=self.timing_runs,
+            retimed=self.retimed,
+            unavailable_reason=self.timing_unavailable_reason,
+        )
+        for name in (
+            "candidate_ms",
+            "candidate_spread",
+            "eager_ms",
+            "compile_ms",
+            "speedup_vs_eager",
+            "speedup_vs_compile",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(timing, name, float(value))
+        return pb.VerifyResponse(
+            request_id=self.request_id,
+            verdict=pb.Verdict.Value(self.verdict.upper()),
+            message=self.message,
+            trials=[pb.TrialResult(**asdict(t)) for t in self.trials],
+            timing=timing,
+            kernel_launches=self.kernel_launches,
+            problem_degenerate=self.problem_degenerate,
+            provenance=pb.Provenance(**self.provenance),
+            elapsed_s=self.elapsed_s,
+            candidate_log=self.candidate_log,
+        )
+
+    @classmethod
+    def from_proto(cls, response: pb.VerifyResponse) -> VerifyResult:
+        timing = response.timing
+
+        def optional(name: str) -> float | None:
+            return getattr(timing, name) if timing.HasField(name) else None
+
+        provenance = {
+            f.name: getattr(response.provenance, f.name)
+            for f in pb.Provenance.DESCRIPTOR.fields
+        }
+        return cls(
+            verdict=pb.Verdict.Name(response.verdict).lower(),
+            message=response.message,
+            request_id=response.request_id,
+            trials=[
+                TrialOutcome(
+                    index=t.index,
+                    passed=t.passed,
+                    max_abs_error=t.max_abs_error,
+                    max_rel_error=t.max_rel_error,
+                    mismatch_fraction=t.mismatch_fraction,
+                    message=t.message,
+                )
+                for t in response.trials
+            ],
+            candidate_ms=optional("candidate_ms"),
+            candidate_spread=optional("candidate_spread"),
+            eager_ms=optional("eager_ms"),
+            compile_ms=optional("compile_ms"),
+            speedup_vs_eager=optional("speedup_vs_eager"),
+            speedup_vs_compile=optional("speedup_vs_compile"),
+            timing_runs=timing.runs,
+            retimed=timing.retimed,
+            timing_unavailable_reason=timing.unavailable_reason,
+            kernel_launches=response.kernel_launches,
+            problem_degenerate=response.problem_degenerate,
+            provenance=provenance,
+            elapsed_s=response.elapsed_s,
+            candidate_log=response.candidate_log,
+        )

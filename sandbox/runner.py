@@ -1,0 +1,262 @@
+"""JobRunner: the asyncio front of a sandbox, shared by the gRPC server and local use.
+
+It owns `workers` grader worker processes (each grading one job at a time), a
+bounded queue in front of them, the isolation report, and draining. Everything a
+candidate can do wrong comes back as a verdict; only infrastructure problems
+(queue full, draining, malformed request) raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
+from sandbox.config import MAX_TRIALS, SandboxConfig, resolve_device
+from sandbox.errors import (
+    DrainingError,
+    InvalidRequestError,
+    QueueFullError,
+    SandboxInfrastructureError,
+    WeakIsolationError,
+)
+from sandbox.process import REPO_ROOT
+from sandbox.result import TrialOutcome, VerifyResult
+from sandbox.static_checks import MAX_SOURCE_BYTES
+
+_FORMATS = {
+    pb.FORMAT_AUTO: "auto",
+    pb.FORMAT_FUNCTIONAL: "functional",
+    pb.FORMAT_KERNELBENCH: "kernelbench",
+}
+_BASELINES = {pb.EAGER: "eager", pb.TORCH_COMPILE: "torch_compile"}
+# Extra seconds a grader may take beyond a job's budget (reference, bookkeeping).
+GRADER_GRACE_S = 60.0
+WORKER_START_S = 600.0
+
+
+def job_from_request(request: pb.VerifyRequest, config: SandboxConfig, timeout_s: float | None) -> dict[str, Any]:
+    """Validate a request and turn it into the grader's job fields."""
+    if not request.problem.strip():
+        raise InvalidRequestError("problem source is empty")
+    if not request.candidate.strip():
+        raise InvalidRequestError("candidate source is empty")
+    if len(request.problem.encode()) > MAX_SOURCE_BYTES:
+        raise InvalidRequestError(f"problem source is larger than {MAX_SOURCE_BYTES} bytes")
+    if request.format not in _FORMATS:
+        raise InvalidRequestError(f"unknown problem format {request.format}")
+    options = request.options
+    trials = options.trials or 5
+    if trials > MAX_TRIALS:
+        raise InvalidRequestError(f"trials must be at most {MAX_TRIALS}")
+    for name in ("atol", "rtol"):
+        if options.HasField(name):
+            value = getattr(options, name)
+            if not math.isfinite(value) or value < 0:
+                raise InvalidRequestError(f"{name} must be a finite number >= 0")
+    if options.time_budget_s < 0 or not math.isfinite(options.time_budget_s):
+        raise InvalidRequestError("time_budget_s must be >= 0")
+    budget = options.time_budget_s or config.job_timeout_s
+    if timeout_s is not None:
+        budget = min(budget, max(0.5, timeout_s - 0.5))
+    baselines = tuple(_BASELINES[b] for b in options.baselines if b in _BASELINES) or (
+        "eager",
+        "torch_compile",
+    )
+    return {
+        "problem": request.problem,
+        "candidate": request.candidate,
+        "request_id": request.request_id,
+        "format": _FORMATS[request.format],
+        "trials": trials,
+        "atol": options.atol if options.HasField("atol") else None,
+        "rtol": options.rtol if options.HasField("rtol") else None,
+        "timing": options.timing if options.HasField("timing") else True,
+        "baselines": baselines,
+        "budget_s": budget,
+        "seed": options.seed if options.HasField("seed") else None,
+    }
+
+
+def result_from_dict(data: dict[str, Any]) -> VerifyResult:
+    data = dict(data)
+    data["trials"] = [TrialOutcome(**t) for t in data.get("trials", [])]
+    return VerifyResult(**data)
+
+
+class _Worker:
+    """The runner's side of one grader worker process."""
+
+    def __init__(self, config: SandboxConfig, device: str, probe: bool) -> None:
+        self.conn, child = multiprocessing.Pipe(duplex=True)
+        fd = child.fileno()
+        command = [sys.executable, "-m", "sandbox.worker", "--fd", str(fd), "--device", device]
+        command += ["--config", json.dumps(dataclasses.asdict(config))]
+        if probe:
+            command.append("--probe")
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+        self.process = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env)
+        child.close()
+        self.ready: dict[str, Any] = {}
+
+    def wait_ready(self) -> dict[str, Any]:
+        if not self.conn.poll(WORKER_START_S):
+            raise SandboxInfrastructureError("grader worker did not start")
+        self.ready = self.conn.recv()
+        return self.ready
+
+    def grade(self, job: dict[str, Any]) -> dict[str, Any]:
+        self.conn.send(job)
+        if not self.conn.poll(job["budget_s"] + GRADER_GRACE_S):
+            raise SandboxInfrastructureError("grader worker stopped answering")
+        return self.conn.recv()
+
+    def kill(self) -> None:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(self.process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        self.process.kill()
+        self.process.wait(5)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+class JobRunner:
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        self._idle: asyncio.Queue[_Worker] | None = None
+        self._workers: list[_Worker] = []
+        self._pending = 0
+        self._busy = 0
+        self._jobs_done = 0
+        self._draining = False
+        self._health_problem = ""
+        self._features: list[dict[str, Any]] = []
+        self._provenance: dict[str, Any] = {}
+        self._threads = ThreadPoolExecutor(max_workers=config.workers + 2, thread_name_prefix="grader")
+        self._idle_event: asyncio.Event | None = None
+
+    # -- life cycle ---------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._idle = asyncio.Queue()
+        self._idle_event = asyncio.Event()
+        self._idle_event.set()
+        workers = [_Worker(self.config, self.device, probe=(i == 0)) for i in range(self.config.workers)]
+        self._workers = workers
+        readies = await asyncio.gather(*(loop.run_in_executor(self._threads, w.wait_ready) for w in workers))
+        self._features = readies[0].get("features", [])
+        self._provenance = readies[0].get("provenance", {})
+        self._health_problem = next((r["health"] for r in readies if r.get("health")), "")
+        missing = [f for f in self._features if not f["available"]]
+        if missing and not self.config.allow_weak_isolation:
+            await self.close()
+            names = ", ".join(f"{f['name']} ({f['detail']})" for f in missing)
+            raise WeakIsolationError(
+                f"this host lacks isolation features: {names}; "
+                "start with --allow-weak-isolation to accept weaker isolation"
+            )
+        for worker in workers:
+            self._idle.put_nowait(worker)
+
+    async def drain(self) -> None:
+        self._draining = True
+        if self._idle_event is not None:
+            await self._idle_event.wait()
+
+    async def close(self) -> None:
+        self._draining = True
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(self._threads, w.stop) for w in self._workers))
+        self._workers = []
+        self._threads.shutdown(wait=False)
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def healthy(self) -> bool:
+        return not self._health_problem and not self._draining
+
+    @property
+    def isolation_features(self) -> list[dict[str, Any]]:
+        return list(self._features)
+
+    def info(self) -> pb.GetInfoResponse:
+        return pb.GetInfoResponse(
+            provenance=pb.Provenance(**self._provenance) if self._provenance else None,
+            mode=self.device,
+            workers=len(self._workers),
+            busy_workers=self._busy,
+            queue_depth=max(0, self._pending - self._busy),
+            queue_capacity=self.config.queue_capacity,
+            isolation=[pb.IsolationFeature(**f) for f in self._features],
+            weak_isolation_accepted=self.config.allow_weak_isolation,
+            serving=self.healthy,
+            jobs_done=self._jobs_done,
+        )
+
+    # -- jobs -------------------------------------------------------------------------
+    async def verify(self, request: pb.VerifyRequest, timeout_s: float | None = None) -> VerifyResult:
+        if self._draining:
+            raise DrainingError("the sandbox is draining")
+        assert self._idle is not None and self._idle_event is not None, "call start() first"
+        job = job_from_request(request, self.config, timeout_s)
+        if self._pending >= len(self._workers) + self.config.queue_capacity:
+            raise QueueFullError(f"queue full ({self.config.queue_capacity} waiting)")
+        self._pending += 1
+        self._idle_event.clear()
+        queued_at = time.monotonic()
+        try:
+            worker = await self._idle.get()
+            waited = time.monotonic() - queued_at
+            if timeout_s is not None and waited >= timeout_s - 0.5:
+                self._idle.put_nowait(worker)
+                return VerifyResult(verdict="timeout", request_id=job["request_id"], message="deadline passed while queued")
+            if timeout_s is not None:
+                job["budget_s"] = min(job["budget_s"], max(0.5, timeout_s - waited - 0.5))
+            self._busy += 1
+            try:
+                reply = await asyncio.get_running_loop().run_in_executor(self._threads, worker.grade, job)
+            except (SandboxInfrastructureError, EOFError, OSError) as err:
+                worker = await self._replace(worker)
+                return VerifyResult(verdict="sandbox_error", request_id=job["request_id"], message=f"grader lost: {err}")
+            finally:
+                self._busy -= 1
+                self._idle.put_nowait(worker)
+            if reply.get("health"):
+                self._health_problem = reply["health"]
+            self._jobs_done += 1
+            return result_from_dict(reply["result"])
+        finally:
+            self._pending -= 1
+            if self._pending == 0:
+                self._idle_event.set()
+
+    async def _replace(self, worker: _Worker) -> _Worker:
+        """Kill a worker that failed and start a fresh one in its place."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._threads, worker.kill)
+        fresh = _Worker(self.config, self.device, probe=False)
+        await loop.run_in_executor(self._threads, fresh.wait_ready)
+        self._workers = [fresh if w is worker else w for w in self._workers]
+        return fresh

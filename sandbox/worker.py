@@ -1,0 +1,120 @@
+"""A grader worker process: owns one Grader and serves jobs from the runner.
+
+The runner talks to it over a pipe (both sides are trusted code). The worker never
+runs candidate code itself; it starts a jailed candidate process per job and keeps
+one spare started ahead so the job does not pay for importing torch and Triton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import uuid
+from multiprocessing.connection import Connection
+from typing import Any
+
+from sandbox.config import SandboxConfig
+
+
+def probe_isolation(grader: Any) -> list[dict[str, Any]]:
+    """Start a real candidate process and see which walls hold."""
+    import time
+
+    from sandbox.isolation import cgroups_available
+    from sandbox.process import CandidateDied
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.setblocking(False)
+    outside = f"/tmp/drtriton-probe-{uuid.uuid4().hex}"
+    proc = grader.take_process()
+    features: list[dict[str, Any]] = []
+    try:
+        ready = proc.wait_ready(time.monotonic() + 180)
+        reply = proc.request(
+            time.monotonic() + 30, cmd="probe", port=listener.getsockname()[1], outside_path=outside
+        )
+        try:
+            listener.accept()
+            accepted = True
+        except BlockingIOError:
+            accepted = False
+        jail_missing = ready.get("jail_missing", [])
+        features = [
+            {"name": "pid_namespace", "available": reply.get("pid") == 1, "detail": "candidate is init of its own pid namespace; killing it kills all it started"},
+            {"name": "network_namespace", "available": not (reply.get("connected") or accepted), "detail": "no network, not even loopback"},
+            {"name": "readonly_filesystem", "available": not os.path.exists(outside), "detail": "host read-only except the job directory"},
+            {"name": "no_privileges", "available": not reply.get("capabilities", True), "detail": f"candidate runs as uid {reply.get('uid')} with no capabilities"},
+            {"name": "memory_cgroup", "available": cgroups_available(), "detail": "per-job memory and process caps"},
+            {"name": "rlimits", "available": True, "detail": "CPU time, file size, open files (and address space on CPU)"},
+        ]
+        if jail_missing:
+            features.append({"name": "jail", "available": False, "detail": ", ".join(jail_missing)})
+    except CandidateDied as death:
+        features = [{"name": "candidate_start", "available": False, "detail": death.message}]
+    finally:
+        proc.close()
+        listener.close()
+        if os.path.exists(outside):
+            os.unlink(outside)
+    return features
+
+
+def self_test(device: str) -> str:
+    """'' when the device computes correctly, else what went wrong."""
+    import torch
+
+    try:
+        a = torch.randn(256, 256, device=device, dtype=torch.float64)
+        b = a @ torch.linalg.inv(a)
+        err = float((b - torch.eye(256, device=device, dtype=torch.float64)).abs().max())
+        return "" if err < 1e-6 else f"self-test matmul error {err:.3g}"
+    except Exception as err:  # noqa: BLE001
+        return f"self-test failed: {type(err).__name__}: {err}"
+
+
+def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: bool) -> None:
+    from sandbox.grader import Grader, Job
+
+    os.environ.pop("TRITON_INTERPRET", None)
+    grader = Grader(config, device)
+    health = self_test(device)
+    features = probe_isolation(grader) if probe else []
+    grader.prestart()
+    conn.send({"ready": True, "features": features, "health": health, "provenance": grader.provenance})
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:
+                break
+            if message is None:
+                break
+            job = Job(**message)
+            result = grader.grade(job)
+            if device == "cuda":
+                health = self_test(device)
+            conn.send({"result": dataclasses.asdict(result), "health": health})
+            grader.prestart()
+    finally:
+        grader.close()
+
+
+def main() -> None:
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="A sandbox grader worker (started by JobRunner).")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--config", required=True, help="SandboxConfig as JSON")
+    parser.add_argument("--probe", action="store_true")
+    args = parser.parse_args()
+    config = SandboxConfig(**json.loads(args.config))
+    worker_main(Connection(args.fd), config, args.device, args.probe)
+
+
+if __name__ == "__main__":
+    main()
