@@ -21,7 +21,11 @@ from sandbox.config import SandboxConfig
 from sandbox.result import VerifyResult
 from sandbox.runner import JobRunner
 
-_FORMATS = {"auto": pb.FORMAT_AUTO, "functional": pb.FORMAT_FUNCTIONAL, "kernelbench": pb.FORMAT_KERNELBENCH}
+_FORMATS = {
+    "auto": pb.FORMAT_AUTO,
+    "functional": pb.FORMAT_FUNCTIONAL,
+    "kernelbench": pb.FORMAT_KERNELBENCH,
+}
 
 
 def build_request(
@@ -48,7 +52,11 @@ def build_request(
     if seed is not None:
         options.seed = seed
     return pb.VerifyRequest(
-        request_id=request_id, problem=problem, candidate=candidate, format=_FORMATS[format], options=options
+        request_id=request_id,
+        problem=problem,
+        candidate=candidate,
+        format=_FORMATS[format],
+        options=options,
     )
 
 
@@ -58,7 +66,9 @@ class LocalSandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig(workers=1)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="sandbox-loop")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="sandbox-loop"
+        )
         self._thread.start()
         self.runner = JobRunner(self.config)
         self._run(self.runner.start())

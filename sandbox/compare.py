@@ -16,7 +16,9 @@ class Comparison:
     message: str = ""
 
 
-def compare_tensor(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> Comparison:
+def compare_tensor(
+    expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float
+) -> Comparison:
     """allclose semantics, plus exact agreement on where the reference is NaN or Inf."""
     if got.shape != expected.shape:
         return Comparison(False, message=f"shape {list(got.shape)} != {list(expected.shape)}")
@@ -34,7 +36,9 @@ def compare_tensor(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol:
     diff = torch.where(finite, diff, torch.zeros_like(diff))
     bad_finite = finite & ~torch.isfinite(out)
     tolerance = atol + rtol * exp.abs()
-    mismatched = (diff > torch.where(finite, tolerance, torch.full_like(tolerance, 1e300))) | bad_finite
+    mismatched = (
+        diff > torch.where(finite, tolerance, torch.full_like(tolerance, 1e300))
+    ) | bad_finite
     max_abs = float(diff.max()) if diff.numel() else 0.0
     rel = diff / exp.abs().clamp_min(1e-12)
     max_rel = float(rel[finite].max()) if bool(finite.any()) else 0.0

@@ -10,6 +10,7 @@ PyTorch and torch.compile on a GPU. All comparisons happen here.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import platform
 import secrets
@@ -53,6 +54,8 @@ class Job:
     baselines: tuple[str, ...] = ("eager", "torch_compile")
     budget_s: float = 120.0
     seed: int | None = None
+    # Baseline times other graders already measured for this problem (ms).
+    known_baselines: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -87,12 +90,16 @@ def provenance(device: str) -> dict[str, Any]:
         try:
             import subprocess
 
-            info["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.split("\n")[0].strip()
+            info["driver"] = (
+                subprocess.run(
+                    ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                )
+                .stdout.split("\n")[0]
+                .strip()
+            )
         except (OSError, subprocess.SubprocessError):
             info["driver"] = f"cuda {torch.version.cuda}"
     return info
@@ -188,12 +195,22 @@ class Grader:
             except ProblemError as err:
                 raise Rejected("bad_problem", str(err)) from None
             kernelbench = entry.problem.format == "kernelbench"
-            atol = job.atol if job.atol is not None else (KERNELBENCH_ATOL if kernelbench else DEFAULT_ATOL)
-            rtol = job.rtol if job.rtol is not None else (KERNELBENCH_RTOL if kernelbench else DEFAULT_RTOL)
+            atol = (
+                job.atol
+                if job.atol is not None
+                else (KERNELBENCH_ATOL if kernelbench else DEFAULT_ATOL)
+            )
+            rtol = (
+                job.rtol
+                if job.rtol is not None
+                else (KERNELBENCH_RTOL if kernelbench else DEFAULT_RTOL)
+            )
             try:
                 reason = self._degenerate(entry, atol, rtol)
             except Exception as err:  # noqa: BLE001 - the problem failed to run
-                raise Rejected("bad_problem", f"the reference failed: {type(err).__name__}: {err}") from None
+                raise Rejected(
+                    "bad_problem", f"the reference failed: {type(err).__name__}: {err}"
+                ) from None
             result.problem_degenerate = bool(reason)
             proc = self.take_process()
             self._judge(job, entry, proc, atol, rtol, deadline, result)
@@ -218,14 +235,20 @@ class Grader:
         return result
 
     # -- steps --------------------------------------------------------------------
-    def _write(self, proc: CandidateProcess, name: str, values: list[Any], writable: bool) -> list[dict[str, Any]]:
+    def _write(
+        self, proc: CandidateProcess, name: str, values: list[Any], writable: bool
+    ) -> list[dict[str, Any]]:
         specs = []
         for i, value in enumerate(values):
             if not isinstance(value, torch.Tensor):
                 specs.append({"value": value})
                 continue
             path = os.path.join(proc.job_dir, f"{name}{i}.bin")
-            spec = {"path": path, "shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+            spec = {
+                "path": path,
+                "shape": list(value.shape),
+                "dtype": str(value.dtype).removeprefix("torch."),
+            }
             if value.numel():
                 buffer = torch.from_file(path, shared=True, size=value.numel(), dtype=value.dtype)
                 if writable:
@@ -246,7 +269,11 @@ class Grader:
             numel *= dim
         if numel == 0:
             return torch.empty(spec["shape"], dtype=dtype)
-        return torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype).view(spec["shape"]).clone()
+        return (
+            torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype)
+            .view(spec["shape"])
+            .clone()
+        )
 
     def _run(
         self,
@@ -263,7 +290,14 @@ class Grader:
         reply = proc.request(deadline, cmd="run", inputs=in_specs, outputs=out_specs, mode=mode)
         if not reply.get("ok"):
             verdict = reply.get("error_type", "runtime_error")
-            if verdict not in ("runtime_error", "compile_error", "resource_limit", "torch_fallback", "tampering", "wrong_output"):
+            if verdict not in (
+                "runtime_error",
+                "compile_error",
+                "resource_limit",
+                "torch_fallback",
+                "tampering",
+                "wrong_output",
+            ):
                 verdict = "runtime_error"
             raise Rejected(verdict, str(reply.get("message", ""))[:4000])
         if reply.get("mutated"):
@@ -272,15 +306,25 @@ class Grader:
         if count != len(expected):
             raise Rejected("wrong_output", f"returned {count} outputs, expected {len(expected)}")
         comparisons = []
-        for i, (info, spec, ref) in enumerate(zip(reply["outputs"], out_specs, expected, strict=True)):
+        for i, (info, spec, ref) in enumerate(
+            zip(reply["outputs"], out_specs, expected, strict=True)
+        ):
             if info.get("type") != "Tensor":
-                raise Rejected("wrong_output", f"output {i} is a {info.get('type')}, not a plain torch.Tensor")
+                raise Rejected(
+                    "wrong_output", f"output {i} is a {info.get('type')}, not a plain torch.Tensor"
+                )
             if info.get("aliases_input"):
                 raise Rejected("wrong_output", f"output {i} is an input or a view of one")
             if info.get("shape") != spec["shape"]:
-                raise Rejected("wrong_output", f"output {i} has shape {info.get('shape')}, expected {spec['shape']}")
+                raise Rejected(
+                    "wrong_output",
+                    f"output {i} has shape {info.get('shape')}, expected {spec['shape']}",
+                )
             if info.get("dtype") != spec["dtype"]:
-                raise Rejected("wrong_output", f"output {i} has dtype {info.get('dtype')}, expected {spec['dtype']}")
+                raise Rejected(
+                    "wrong_output",
+                    f"output {i} has dtype {info.get('dtype')}, expected {spec['dtype']}",
+                )
             comparisons.append(compare.compare_tensor(ref, self._read(spec), atol, rtol))
         return compare.combine(comparisons), reply
 
@@ -310,7 +354,9 @@ class Grader:
             init_seed=42,
         )
         if not reply.get("ok"):
-            raise Rejected(reply.get("error_type", "compile_error"), str(reply.get("message", ""))[:4000])
+            raise Rejected(
+                reply.get("error_type", "compile_error"), str(reply.get("message", ""))[:4000]
+            )
 
         base_seed = job.seed if job.seed is not None else secrets.randbits(48)
         previous: list[torch.Tensor] | None = None
@@ -333,7 +379,11 @@ class Grader:
             result.trials.append(outcome)
             if not comparison.passed:
                 hint = ""
-                if previous is not None and previous_refs is not None and self._same(previous, self._outputs(proc, expected)):
+                if (
+                    previous is not None
+                    and previous_refs is not None
+                    and self._same(previous, self._outputs(proc, expected))
+                ):
                     hint = " (the same output as for the previous, different inputs: cached?)"
                 raise Rejected("wrong_output", f"trial {index}: {comparison.message}{hint}")
             previous, previous_refs = self._outputs(proc, expected), expected
@@ -366,7 +416,16 @@ class Grader:
         result.message = f"correct on {job.trials} trials"
 
     def _outputs(self, proc: CandidateProcess, expected: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [self._read({"path": os.path.join(proc.job_dir, f"out{i}.bin"), "shape": list(e.shape), "dtype": str(e.dtype).removeprefix("torch.")}) for i, e in enumerate(expected)]
+        return [
+            self._read(
+                {
+                    "path": os.path.join(proc.job_dir, f"out{i}.bin"),
+                    "shape": list(e.shape),
+                    "dtype": str(e.dtype).removeprefix("torch."),
+                }
+            )
+            for i, e in enumerate(expected)
+        ]
 
     @staticmethod
     def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
@@ -390,7 +449,12 @@ class Grader:
             if name == "torch_compile":
                 fn = torch.compile(fn)
             with torch.no_grad():
-                times = time_cuda(lambda: fn(*inputs), self.clock, self.config.timing_runs, self.config.timing_warmup)
+                times = time_cuda(
+                    lambda: fn(*inputs),
+                    self.clock,
+                    self.config.timing_runs,
+                    self.config.timing_warmup,
+                )
             value = summarize(times)[0]
         except Exception:  # noqa: BLE001 - a baseline that cannot run is reported as missing
             value = None
@@ -398,6 +462,24 @@ class Grader:
         return value
 
     def _time(
+        self,
+        job: Job,
+        entry: _ProblemEntry,
+        proc: CandidateProcess,
+        deadline: float,
+        atol: float,
+        rtol: float,
+        base_seed: int,
+        result: VerifyResult,
+    ) -> None:
+        for name, value in job.known_baselines.items():
+            entry.baseline_ms.setdefault(name, value)
+        with open(os.path.join(self.config.job_root, "gpu-timing.lock"), "w") as lock:
+            # One kernel at a time on the GPU: concurrent timing would distort both.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._time_locked(job, entry, proc, deadline, atol, rtol, base_seed, result)
+
+    def _time_locked(
         self,
         job: Job,
         entry: _ProblemEntry,
@@ -421,11 +503,18 @@ class Grader:
             raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
         reply = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=warmup)
         if not reply.get("ok"):
-            raise Rejected(reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000])
+            raise Rejected(
+                reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
+            )
         times = [float(t) for t in reply.get("times", [])]
         if len(times) != runs or not all(t > 0 for t in times):
             raise Rejected("tampering", "the timing loop returned impossible measurements")
-        check = compare.combine([compare.compare_tensor(e, self._read(s), atol, rtol) for e, s in zip(expected, out_specs, strict=True)])
+        check = compare.combine(
+            [
+                compare.compare_tensor(e, self._read(s), atol, rtol)
+                for e, s in zip(expected, out_specs, strict=True)
+            ]
+        )
         if not check.passed:
             raise Rejected("wrong_output", f"wrong while being timed: {check.message}")
         median, spread = summarize(times)
@@ -440,7 +529,9 @@ class Grader:
             # Too good to be true: time back-to-back runs by this process's clock,
             # which the candidate cannot patch, and never report less than that.
             host_start = time.perf_counter()
-            wall = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=0, wall=True)
+            wall = proc.request(
+                deadline, cmd="time", outputs=out_specs, runs=runs, warmup=0, wall=True
+            )
             host_ms = (time.perf_counter() - host_start) * 1e3 / (runs + 1)
             if not wall.get("ok"):
                 raise Rejected("runtime_error", str(wall.get("message", ""))[:4000])

@@ -16,6 +16,7 @@ operator accepts weaker isolation explicitly.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -96,36 +97,69 @@ def apply_limits(limits: Limits) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
 
-def enter_jail(job_dir: str, processes: int) -> list[str]:
-    """Inside the namespaces: read-only host except `job_dir`, then drop root.
-
-    Returns the steps that could not be taken (empty when fully jailed).
-    """
-    missing: list[str] = []
-    if os.geteuid() != 0 or os.getpid() != 1:
-        return ["namespaces"]
-    libc = ctypes.CDLL(None, use_errno=True)
-    job = job_dir.encode()
-    if libc.mount(job, job, None, _MS_BIND, None) != 0:
-        missing.append(f"bind job dir (errno {ctypes.get_errno()})")
-    readonly = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if (
+def _set_readonly(libc: ctypes.CDLL, path: str, readonly: bool, recursive: bool) -> bool:
+    attr = (
+        _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+        if readonly
+        else _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)
+    )
+    flags = _AT_RECURSIVE if recursive else 0
+    return (
         libc.syscall(
             _SYS_MOUNT_SETATTR,
             _AT_FDCWD,
-            b"/",
-            _AT_RECURSIVE,
-            ctypes.byref(readonly),
-            ctypes.sizeof(readonly),
+            path.encode(),
+            flags,
+            ctypes.byref(attr),
+            ctypes.sizeof(attr),
         )
-        != 0
-    ):
+        == 0
+    )
+
+
+def _bind(libc: ctypes.CDLL, source: str, target: str) -> bool:
+    return libc.mount(source.encode(), target.encode(), None, _MS_BIND, None) == 0
+
+
+# Kernel settings stay read-only although the candidate's own /proc is writable
+# (the CUDA driver needs that).
+_PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+def enter_jail(job_dir: str, processes: int, scratch_mb: int = 256) -> list[str]:
+    """Inside the namespaces: read-only host except `job_dir`, then drop privileges.
+
+    /tmp and /dev/shm become fresh private tmpfs mounts (what is written there
+    vanishes with the job); the job directory is bound back in through an open
+    descriptor. Returns the steps that could not be taken (empty when jailed).
+    """
+    if os.geteuid() != 0 or os.getpid() != 1:
+        return ["namespaces"]
+    missing: list[str] = []
+    libc = ctypes.CDLL(None, use_errno=True)
+    job_fd = os.open(job_dir, os.O_PATH)
+    for scratch in ("/tmp", "/dev/shm"):
+        if os.path.isdir(scratch) and (
+            libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", 0, f"size={scratch_mb}m".encode()) != 0
+        ):
+            missing.append(f"private {scratch} (errno {ctypes.get_errno()})")
+    os.makedirs(job_dir, exist_ok=True)
+    if not _bind(libc, f"/proc/self/fd/{job_fd}", job_dir):
+        missing.append(f"bind job dir (errno {ctypes.get_errno()})")
+    os.close(job_fd)
+    if not _set_readonly(libc, "/", True, recursive=True):
         missing.append(f"read-only root (errno {ctypes.get_errno()})")
-    else:
-        writable = _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0)
-        libc.syscall(
-            _SYS_MOUNT_SETATTR, _AT_FDCWD, job, 0, ctypes.byref(writable), ctypes.sizeof(writable)
-        )
+    for writable, recursive in (
+        ("/proc", True),
+        ("/tmp", False),
+        ("/dev/shm", False),
+        (job_dir, False),
+    ):
+        if os.path.isdir(writable):
+            _set_readonly(libc, writable, False, recursive)
+    for path in _PROC_READONLY:
+        if os.path.exists(path) and _bind(libc, path, path):
+            _set_readonly(libc, path, True, recursive=True)
     resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     if candidate_uid() == NOBODY:
         os.setgroups([])
@@ -247,10 +281,8 @@ class Cgroup:
 
     def remove(self) -> None:
         for path in self.dirs:
-            try:
+            with contextlib.suppress(OSError):
                 path.rmdir()
-            except OSError:
-                pass
 
 
 def cgroups_available() -> bool:

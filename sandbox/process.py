@@ -7,6 +7,7 @@ is classified by how it ended (signal, exit status, cgroup OOM) into a verdict.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -131,11 +132,10 @@ class CandidateProcess:
     # -- messages -----------------------------------------------------------------
     def _receive(self, deadline: float) -> dict[str, Any]:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not self.conn.poll(remaining):
-            if self.proc.poll() is None:
-                self.killed_for_time = True
-                self.kill()
-                raise CandidateDied("timeout", "exceeded its time budget")
+        if (remaining <= 0 or not self.conn.poll(remaining)) and self.proc.poll() is None:
+            self.killed_for_time = True
+            self.kill()
+            raise CandidateDied("timeout", "exceeded its time budget")
         try:
             raw = self.conn.recv_bytes(MAX_REPLY_BYTES)
         except (EOFError, OSError):
@@ -174,7 +174,9 @@ class CandidateProcess:
         if self.cgroup is not None and self.cgroup.oom_killed():
             return CandidateDied("resource_limit", "killed: out of its memory limit")
         # `unshare --kill-child` reports the child's signal as 128 + signo.
-        signo = -code if code is not None and code < 0 else (code - 128 if code and code > 128 else 0)
+        signo = (
+            -code if code is not None and code < 0 else (code - 128 if code and code > 128 else 0)
+        )
         if signo == signal.SIGXFSZ:
             return CandidateDied("resource_limit", "killed: wrote more than its file/output limit")
         if signo == signal.SIGXCPU:
@@ -200,14 +202,10 @@ class CandidateProcess:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
     def close(self) -> None:
         """Kill the process and everything it started; remove its files."""

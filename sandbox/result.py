@@ -8,7 +8,7 @@ from typing import Any
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
 
 VERDICTS: tuple[str, ...] = tuple(
-    name.lower() for name in pb.Verdict.keys() if name != "VERDICT_UNSPECIFIED"
+    v.name.lower() for v in pb.Verdict.DESCRIPTOR.values if v.name != "VERDICT_UNSPECIFIED"
 )
 # Verdicts that say nothing about the kernel: a learner masks them instead of scoring 0.
 INFRASTRUCTURE_VERDICTS = frozenset({"sandbox_error", "bad_problem"})
@@ -96,8 +96,7 @@ class VerifyResult:
             return getattr(timing, name) if timing.HasField(name) else None
 
         provenance = {
-            f.name: getattr(response.provenance, f.name)
-            for f in pb.Provenance.DESCRIPTOR.fields
+            f.name: getattr(response.provenance, f.name) for f in pb.Provenance.DESCRIPTOR.fields
         }
         return cls(
             verdict=pb.Verdict.Name(response.verdict).lower(),

@@ -30,6 +30,7 @@ from sandbox.errors import (
     SandboxInfrastructureError,
     WeakIsolationError,
 )
+from sandbox.problem import source_key
 from sandbox.process import REPO_ROOT
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.static_checks import MAX_SOURCE_BYTES
@@ -45,7 +46,9 @@ GRADER_GRACE_S = 60.0
 WORKER_START_S = 600.0
 
 
-def job_from_request(request: pb.VerifyRequest, config: SandboxConfig, timeout_s: float | None) -> dict[str, Any]:
+def job_from_request(
+    request: pb.VerifyRequest, config: SandboxConfig, timeout_s: float | None
+) -> dict[str, Any]:
     """Validate a request and turn it into the grader's job fields."""
     if not request.problem.strip():
         raise InvalidRequestError("problem source is empty")
@@ -154,8 +157,12 @@ class JobRunner:
         self._health_problem = ""
         self._features: list[dict[str, Any]] = []
         self._provenance: dict[str, Any] = {}
-        self._threads = ThreadPoolExecutor(max_workers=config.workers + 2, thread_name_prefix="grader")
+        self._threads = ThreadPoolExecutor(
+            max_workers=config.workers + 2, thread_name_prefix="grader"
+        )
         self._idle_event: asyncio.Event | None = None
+        # Baseline times per problem, shared by all graders (torch.compile costs seconds).
+        self._baselines: dict[str, dict[str, float | None]] = {}
 
     # -- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -163,9 +170,13 @@ class JobRunner:
         self._idle = asyncio.Queue()
         self._idle_event = asyncio.Event()
         self._idle_event.set()
-        workers = [_Worker(self.config, self.device, probe=(i == 0)) for i in range(self.config.workers)]
+        workers = [
+            _Worker(self.config, self.device, probe=(i == 0)) for i in range(self.config.workers)
+        ]
         self._workers = workers
-        readies = await asyncio.gather(*(loop.run_in_executor(self._threads, w.wait_ready) for w in workers))
+        readies = await asyncio.gather(
+            *(loop.run_in_executor(self._threads, w.wait_ready) for w in workers)
+        )
         self._features = readies[0].get("features", [])
         self._provenance = readies[0].get("provenance", {})
         self._health_problem = next((r["health"] for r in readies if r.get("health")), "")
@@ -216,7 +227,9 @@ class JobRunner:
         )
 
     # -- jobs -------------------------------------------------------------------------
-    async def verify(self, request: pb.VerifyRequest, timeout_s: float | None = None) -> VerifyResult:
+    async def verify(
+        self, request: pb.VerifyRequest, timeout_s: float | None = None
+    ) -> VerifyResult:
         if self._draining:
             raise DrainingError("the sandbox is draining")
         assert self._idle is not None and self._idle_event is not None, "call start() first"
@@ -231,22 +244,43 @@ class JobRunner:
             waited = time.monotonic() - queued_at
             if timeout_s is not None and waited >= timeout_s - 0.5:
                 self._idle.put_nowait(worker)
-                return VerifyResult(verdict="timeout", request_id=job["request_id"], message="deadline passed while queued")
+                return VerifyResult(
+                    verdict="timeout",
+                    request_id=job["request_id"],
+                    message="deadline passed while queued",
+                )
             if timeout_s is not None:
                 job["budget_s"] = min(job["budget_s"], max(0.5, timeout_s - waited - 0.5))
+            problem_key = source_key(job["problem"] + job["format"])
+            job["known_baselines"] = dict(self._baselines.get(problem_key, {}))
             self._busy += 1
             try:
-                reply = await asyncio.get_running_loop().run_in_executor(self._threads, worker.grade, job)
+                reply = await asyncio.get_running_loop().run_in_executor(
+                    self._threads, worker.grade, job
+                )
             except (SandboxInfrastructureError, EOFError, OSError) as err:
                 worker = await self._replace(worker)
-                return VerifyResult(verdict="sandbox_error", request_id=job["request_id"], message=f"grader lost: {err}")
+                return VerifyResult(
+                    verdict="sandbox_error",
+                    request_id=job["request_id"],
+                    message=f"grader lost: {err}",
+                )
             finally:
                 self._busy -= 1
                 self._idle.put_nowait(worker)
             if reply.get("health"):
                 self._health_problem = reply["health"]
             self._jobs_done += 1
-            return result_from_dict(reply["result"])
+            result = result_from_dict(reply["result"])
+            if result.eager_ms is not None or result.compile_ms is not None:
+                known = self._baselines.setdefault(problem_key, {})
+                if "eager" in job["baselines"]:
+                    known["eager"] = result.eager_ms
+                if "torch_compile" in job["baselines"]:
+                    known["torch_compile"] = result.compile_ms
+                while len(self._baselines) > 4096:
+                    self._baselines.pop(next(iter(self._baselines)))
+            return result
         finally:
             self._pending -= 1
             if self._pending == 0:

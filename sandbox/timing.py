@@ -34,9 +34,11 @@ def bind_clock() -> Clock:
     base = torch._C._CudaEventBase
     flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     zero = torch.Tensor.zero_
+    record = base.record
+    current_stream = torch.cuda.current_stream
     return Clock(
         event_type=base,
-        record=base.record,
+        record=lambda event: record(event, current_stream()),
         elapsed=base.elapsed_time,
         synchronize=torch._C._cuda_synchronize,
         flush=lambda: zero(flush_buffer),

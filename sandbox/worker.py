@@ -43,17 +43,43 @@ def probe_isolation(grader: Any) -> list[dict[str, Any]]:
             accepted = False
         jail_missing = ready.get("jail_missing", [])
         features = [
-            {"name": "pid_namespace", "available": reply.get("pid") == 1, "detail": "candidate is init of its own pid namespace; killing it kills all it started"},
-            {"name": "network_namespace", "available": not (reply.get("connected") or accepted), "detail": "no network, not even loopback"},
-            {"name": "readonly_filesystem", "available": not os.path.exists(outside), "detail": "host read-only except the job directory"},
-            {"name": "no_privileges", "available": not reply.get("capabilities", True), "detail": f"candidate runs as uid {reply.get('uid')} with no capabilities"},
-            {"name": "memory_cgroup", "available": cgroups_available(), "detail": "per-job memory and process caps"},
-            {"name": "rlimits", "available": True, "detail": "CPU time, file size, open files (and address space on CPU)"},
+            {
+                "name": "pid_namespace",
+                "available": reply.get("pid") == 1,
+                "detail": "candidate is init of its own pid namespace; killing it kills all it started",
+            },
+            {
+                "name": "network_namespace",
+                "available": not (reply.get("connected") or accepted),
+                "detail": "no network, not even loopback",
+            },
+            {
+                "name": "readonly_filesystem",
+                "available": not os.path.exists(outside),
+                "detail": "host read-only except the job directory",
+            },
+            {
+                "name": "no_privileges",
+                "available": not reply.get("capabilities", True),
+                "detail": f"candidate runs as uid {reply.get('uid')} with no capabilities",
+            },
+            {
+                "name": "memory_cgroup",
+                "available": cgroups_available(),
+                "detail": "per-job memory and process caps",
+            },
+            {
+                "name": "rlimits",
+                "available": True,
+                "detail": "CPU time, file size, open files (and address space on CPU)",
+            },
         ]
         if jail_missing:
             features.append({"name": "jail", "available": False, "detail": ", ".join(jail_missing)})
     except CandidateDied as death:
-        features = [{"name": "candidate_start", "available": False, "detail": death.message}]
+        log = proc.log_tail().strip().splitlines()[-3:]
+        detail = death.message + (": " + " | ".join(log) if log else "")
+        features = [{"name": "candidate_start", "available": False, "detail": detail}]
     finally:
         proc.close()
         listener.close()
@@ -83,7 +109,9 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
     health = self_test(device)
     features = probe_isolation(grader) if probe else []
     grader.prestart()
-    conn.send({"ready": True, "features": features, "health": health, "provenance": grader.provenance})
+    conn.send(
+        {"ready": True, "features": features, "health": health, "provenance": grader.provenance}
+    )
     try:
         while True:
             try:

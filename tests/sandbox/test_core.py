@@ -1,0 +1,147 @@
+"""Unit tests of the sandbox's pure parts: comparison, static checks, request validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
+from sandbox.api import build_request
+from sandbox.compare import combine, compare_tensor, degenerate_reason
+from sandbox.config import SandboxConfig
+from sandbox.errors import InvalidRequestError
+from sandbox.problem import ProblemError, detect_format
+from sandbox.result import TrialOutcome, VerifyResult
+from sandbox.runner import job_from_request
+from sandbox.static_checks import static_verdict
+
+GOOD = """
+import torch, triton
+import triton.language as tl
+
+@triton.jit
+def k(x):
+    pass
+
+def triton_fused_operator(x):
+    return [x]
+"""
+
+
+def test_compare_accepts_within_tolerance_and_reports_errors() -> None:
+    ref = torch.linspace(-1, 1, 100)
+    assert compare_tensor(ref, ref + 5e-5, atol=1e-4, rtol=1e-4).passed
+    bad = ref.clone()
+    bad[3] += 1.0
+    result = compare_tensor(ref, bad, atol=1e-4, rtol=1e-4)
+    assert not result.passed
+    assert math.isclose(result.max_abs_error, 1.0, rel_tol=1e-5)
+    assert result.mismatch_fraction == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("got", "reason"),
+    [
+        (torch.zeros(4, 5), "shape"),
+        (torch.zeros(4, 4, dtype=torch.float64), "dtype"),
+        (torch.full((4, 4), float("nan")), "NaN"),
+    ],
+)
+def test_compare_rejects_shape_dtype_and_nan(got: torch.Tensor, reason: str) -> None:
+    result = compare_tensor(torch.zeros(4, 4), got, atol=1e-4, rtol=1e-4)
+    assert not result.passed
+    assert reason in result.message
+
+
+def test_compare_requires_matching_nonfinite_pattern() -> None:
+    ref = torch.tensor([1.0, float("inf"), float("nan")])
+    assert compare_tensor(ref, ref.clone(), 1e-4, 1e-4).passed
+    assert not compare_tensor(
+        ref, torch.tensor([1.0, -float("inf"), float("nan")]), 1e-4, 1e-4
+    ).passed
+    assert not compare_tensor(ref, torch.tensor([1.0, float("inf"), 0.0]), 1e-4, 1e-4).passed
+
+
+def test_combine_names_the_failing_output() -> None:
+    ok = compare_tensor(torch.ones(2), torch.ones(2), 1e-4, 1e-4)
+    bad = compare_tensor(torch.ones(2), torch.zeros(2), 1e-4, 1e-4)
+    combined = combine([ok, bad])
+    assert not combined.passed
+    assert combined.message.startswith("output 1:")
+
+
+def test_degenerate_problems_are_flagged() -> None:
+    x = torch.randn(8, 8)
+    assert degenerate_reason([x], [[torch.randn(8, 8)]], 1e-4, 1e-4) == ""
+    assert "constant" in degenerate_reason([torch.full((8, 8), 3.0)], [], 1e-4, 1e-4)
+    assert "smaller than the tolerance" in degenerate_reason([x * 1e-7], [], 1e-4, 1e-4)
+    assert "do not depend on input 0" in degenerate_reason([x], [[x.clone()]], 1e-4, 1e-4)
+
+
+@pytest.mark.parametrize(
+    ("source", "verdict"),
+    [
+        ("def triton_fused_operator(:\n", "syntax_error"),
+        (GOOD.replace("triton_fused_operator", "other_name"), "no_entry_point"),
+        (GOOD.replace("@triton.jit", ""), "no_triton_kernel"),
+    ],
+)
+def test_static_checks(source: str, verdict: str) -> None:
+    found = static_verdict(source, "functional")
+    assert found is not None and found[0] == verdict
+
+
+def test_static_checks_pass_a_plausible_candidate() -> None:
+    assert static_verdict(GOOD, "functional") is None
+    assert static_verdict(GOOD, "kernelbench")[0] == "no_entry_point"
+
+
+def test_detect_format() -> None:
+    assert detect_format("def get_inputs(): pass\ndef fused_operator(x): pass\n") == "functional"
+    assert detect_format("class Model: pass\ndef get_inputs(): pass\n") == "kernelbench"
+    with pytest.raises(ProblemError):
+        detect_format("x = 1\n")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"problem": ""}, "problem source is empty"),
+        ({"candidate": "  "}, "candidate source is empty"),
+        ({"trials": 1000}, "trials"),
+        ({"atol": -1.0}, "atol"),
+        ({"rtol": float("nan")}, "rtol"),
+    ],
+)
+def test_malformed_requests_are_rejected(kwargs: dict, fragment: str) -> None:
+    args = {"problem": "p", "candidate": "c", **kwargs}
+    request = build_request(args.pop("problem"), args.pop("candidate"), **args)
+    with pytest.raises(InvalidRequestError, match=fragment):
+        job_from_request(request, SandboxConfig(), None)
+
+
+def test_client_deadline_bounds_the_job_budget() -> None:
+    request = build_request("p", "c", time_budget_s=100)
+    assert job_from_request(request, SandboxConfig(), timeout_s=10)["budget_s"] < 10
+    assert job_from_request(request, SandboxConfig(), timeout_s=None)["budget_s"] == 100
+
+
+def test_result_round_trips_through_the_wire_message() -> None:
+    result = VerifyResult(
+        verdict="wrong_output",
+        message="trial 0: bad",
+        request_id="r1",
+        trials=[TrialOutcome(index=0, passed=False, max_abs_error=2.0, message="bad")],
+        eager_ms=1.5,
+        provenance={"device": "cpu", "interpreter": True},
+    )
+    wire = result.to_proto()
+    assert wire.verdict == pb.WRONG_OUTPUT
+    back = VerifyResult.from_proto(wire)
+    assert back.verdict == "wrong_output"
+    assert back.trials[0].max_abs_error == 2.0
+    assert back.eager_ms == 1.5
+    assert back.candidate_ms is None  # unset optional fields stay None
+    assert back.provenance["device"] == "cpu"
