@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Modules whose `register(subparsers)` adds subcommands, in help order.
-PART_CLIS = ("sandbox.cli", "synth.cli", "learner.cli")
+PART_CLIS = ("sandbox.cli", "synth.cli", "learner.cli", "synth.demo")
 
 
 class UsageError(Exception):
@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Under `python -m drtriton_cli` this module is `__main__`; parts import
+    # `drtriton_cli.UsageError`, which must be this very class.
+    sys.modules.setdefault("drtriton_cli", sys.modules[__name__])
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(handler(args) or 0)
-    except UsageError as err:
+    except sys.modules["drtriton_cli"].UsageError as err:
         print(f"drtriton: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

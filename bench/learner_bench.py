@@ -1,0 +1,736 @@
+"""Policy-model benchmark: decode throughput and one SFT step, JAX against transformers/torch.
+
+    python -m bench.learner_bench --models 0.5b --out runs/learner_0p5b.json   # a GPU host
+    python -m bench.learner_bench --models 1.5b --out runs/learner_1p5b.json
+    python -m bench.learner_bench --quick --out /tmp/learner_quick.json        # CPU smoke run
+
+Random weights in the real Qwen2.5-0.5B / 1.5B shapes (bf16), prompts of 512 random tokens,
+1,024 greedy new tokens, no EOS. For each model:
+
+1. Decode tokens/s at batch 1, 16, 64, 256 for this package's sampler (jitted prefill, then a
+   decode `while_loop` that checks "all rows done" every --chunk tokens) and for
+   `transformers`' `generate` (its defaults: SDPA attention, dynamic cache) on the same GPU;
+   prefill is timed apart and left out of both.
+2. The memory-bandwidth bound of each decode: per step, every weight byte plus the KV cache of
+   the tokens so far is read once; the sum over the steps, divided by a measured copy
+   bandwidth, is the fastest any implementation could go.
+3. One SFT train step (bf16 compute, float32 master weights and AdamW, sequence 2,048, loss
+   on every token, chunked output projection, cuDNN flash attention; if that fails, XLA
+   attention with per-layer remat): tokens/s and MFU against a measured bf16 matmul peak
+   (causal attention counted at half its square).
+4. Peak device memory of each. JAX's peak only grows within a process, so the decode batches
+   run smallest first and each reports the peak so far.
+
+Every measurement runs in its own subprocess (JAX and torch never share the GPU at once; JAX
+gets XLA_PYTHON_CLIENT_MEM_FRACTION=0.90 while it runs alone). Results print as a table and go
+to --out as JSON with a markdown copy beside it, rewritten after every subprocess so a run cut
+short keeps what it measured. --skip torch,train,decode and --batches trim a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+# Qwen2.5 shapes (the Coder models share them). Plain dicts: the torch worker imports no jax.
+MODELS: dict[str, dict[str, Any]] = {
+    "0.5b": {
+        "vocab_size": 151936,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+    "1.5b": {
+        "vocab_size": 151936,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+    "tiny": {
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "tie_word_embeddings": True,
+    },
+}
+for _cfg in MODELS.values():
+    _cfg.update(
+        model_type="qwen2",
+        hidden_act="silu",
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=32768,
+    )
+
+TARGETS = {"bound_b1": 0.50, "bound_b64": 0.25, "bound_b256": 0.25, "mfu_1.5b": 0.40}
+GIB = 2**30
+
+
+# --------------------------------------------------------------------------------------------
+# Arithmetic shared by workers and report
+# --------------------------------------------------------------------------------------------
+
+
+def shape_facts(hf: dict[str, Any]) -> dict[str, int]:
+    """Parameter counts and per-token KV bytes (bf16) of a config."""
+    m, f, layers = hf["hidden_size"], hf["intermediate_size"], hf["num_hidden_layers"]
+    heads, kv, v = hf["num_attention_heads"], hf["num_key_value_heads"], hf["vocab_size"]
+    d = m // heads
+    attn = m * heads * d + 2 * m * kv * d + heads * d * m + (heads + 2 * kv) * d  # + biases
+    per_layer = attn + 3 * m * f + 2 * m
+    embed = v * m
+    head = 0 if hf["tie_word_embeddings"] else v * m
+    params = layers * per_layer + embed + head + m
+    matmul = layers * (m * heads * d + 2 * m * kv * d + heads * d * m + 3 * m * f) + v * m
+    return {
+        "params": params,
+        "matmul_params": matmul,
+        "kv_bytes_per_token": layers * 2 * kv * d * 2,
+        "head_dim": d,
+    }
+
+
+def decode_bound_seconds(
+    hf: dict[str, Any], batch: int, prompt: int, new: int, bandwidth: float
+) -> float:
+    """Fastest possible decode of `new` tokens: all weights + the KV so far, read once a step."""
+    facts = shape_facts(hf)
+    weight_bytes = facts["params"] * 2
+    kv = facts["kv_bytes_per_token"] * batch
+    total = sum(weight_bytes + kv * (prompt + t) for t in range(new))
+    return total / bandwidth
+
+
+def train_flops(hf: dict[str, Any], batch: int, seq: int) -> float:
+    """Model FLOPs of one training step (forward + backward = 3x forward), causal attention."""
+    facts = shape_facts(hf)
+    tokens = batch * seq
+    dense = 6 * facts["matmul_params"] * tokens
+    attention = (
+        6
+        * hf["num_hidden_layers"]
+        * hf["num_attention_heads"]
+        * facts["head_dim"]
+        * seq
+        * seq
+        * batch
+    )
+    return float(dense + attention)
+
+
+# --------------------------------------------------------------------------------------------
+# Workers (each runs in its own process)
+# --------------------------------------------------------------------------------------------
+
+
+def _jax_peak() -> int | None:
+    import jax
+
+    stats = jax.local_devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
+def _timed(fn: Any, repeats: int) -> float:
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def worker_calibrate(spec: dict[str, Any]) -> dict[str, Any]:
+    """Copy bandwidth (read + write bytes / s, float32 add) and bf16 matmul FLOP/s."""
+    import jax
+    import jax.numpy as jnp
+
+    n = spec["copy_elems"]
+    x = jnp.ones((n,), jnp.float32)
+    copy = jax.jit(lambda a: a + 1.0)
+    copy(x).block_until_ready()
+    t_copy = _timed(lambda: copy(x).block_until_ready(), spec["repeats"])
+    k = spec["matmul"]
+    a = jnp.ones((k, k), jnp.bfloat16)
+    b = jnp.ones((k, k), jnp.bfloat16)
+    mm = jax.jit(lambda p, q: p @ q)
+    mm(a, b).block_until_ready()
+    t_mm = _timed(lambda: mm(a, b).block_until_ready(), spec["repeats"])
+    return {
+        "device": jax.devices()[0].device_kind,
+        "copy_bandwidth": 2 * n * 4 / t_copy,
+        "matmul_flops": 2 * k**3 / t_mm,
+    }
+
+
+def _jax_decode_batch(engine: Any, batch: int, prompt: int, new: int, chunk: int) -> dict[str, Any]:
+    """Time prefill and decode of one batch (greedy, no stops) after a warm-up run."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from learner import sampler
+
+    vocab = engine.config.vocab_size
+    tokens = np.random.default_rng(batch).integers(0, vocab, size=(batch, prompt)).astype(np.int32)
+    starts = np.zeros(batch, np.int32)
+    seeds = np.arange(batch, dtype=np.uint32)
+    stops = np.full((batch, 0, 1), -1, np.int32)
+    eos = np.zeros((0,), np.int32)
+    base_seed = np.uint32(0)
+    cache_len = prompt + sampler.decode_steps(new, chunk)
+    options = {
+        "max_new": new,
+        "temperature": 0.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "pad_id": 0,
+        "chunk": chunk,
+    }
+
+    def run_prefill() -> Any:
+        out = sampler.prefill(
+            engine.graphdef,
+            engine.state,
+            tokens,
+            starts,
+            cache_len=cache_len,
+            cache_dtype=jnp.bfloat16,
+        )
+        return jax.block_until_ready(out)
+
+    def run_decode(cache: Any, logits: Any) -> Any:
+        out, _ = sampler.decode(
+            engine.graphdef,
+            engine.state,
+            cache,
+            logits,
+            starts,
+            seeds,
+            stops,
+            eos,
+            base_seed,
+            **options,
+        )
+        return jax.block_until_ready(out)
+
+    start = time.perf_counter()
+    run_decode(*run_prefill())  # compile both and warm up
+    compile_s = time.perf_counter() - start
+    t_prefill = _timed(run_prefill, 2)
+    cache, logits = run_prefill()
+    start = time.perf_counter()
+    out = run_decode(cache, logits)
+    t_decode = time.perf_counter() - start
+    if int(np.asarray(out[2]).min()) != new:
+        raise RuntimeError("a row stopped early")
+    return {
+        "compile_and_first_run_s": compile_s,
+        "prefill_s": t_prefill,
+        "decode_s": t_decode,
+        "tokens_per_s": batch * new / t_decode,
+        "peak_bytes": _jax_peak(),
+    }
+
+
+def worker_jax_decode(spec: dict[str, Any]) -> dict[str, Any]:
+    from learner import model_io, qwen2, sampler
+
+    cfg = qwen2.Qwen2Config.from_hf(MODELS[spec["model"]], param_dtype="bfloat16", dtype="bfloat16")
+    engine = sampler.Sampler(model_io.random_model(cfg, seed=0))
+    results = []
+    for batch in spec["batches"]:
+        row: dict[str, Any] = {"batch": batch}
+        try:
+            row.update(_jax_decode_batch(engine, batch, spec["prompt"], spec["new"], spec["chunk"]))
+        except Exception as err:  # one batch failing (say, out of memory) must not hide the rest
+            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+        results.append(row)
+    return {"model": spec["model"], "rows": results}
+
+
+def worker_torch_decode(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    hf = MODELS[spec["model"]]
+    torch.manual_seed(0)
+    config = Qwen2Config(**{k: v for k, v in hf.items() if k != "model_type"})
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    prompt, new = spec["prompt"], spec["new"]
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    results = []
+    for batch in spec["batches"]:
+        row: dict[str, Any] = {"batch": batch}
+        try:
+            ids = torch.randint(0, hf["vocab_size"], (batch, prompt), device=device)
+            mask = torch.ones_like(ids)
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            with torch.inference_mode():
+                model.generate(
+                    ids[:, :8], attention_mask=mask[:, :8], max_new_tokens=4, do_sample=False
+                )  # warm-up
+                sync()
+                t_prefill = math.inf
+                for _ in range(2):
+                    start = time.perf_counter()
+                    model(ids, attention_mask=mask, logits_to_keep=1)
+                    sync()
+                    t_prefill = min(t_prefill, time.perf_counter() - start)
+                start = time.perf_counter()
+                out = model.generate(
+                    ids,
+                    attention_mask=mask,
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    do_sample=False,
+                )
+                sync()
+                t_total = time.perf_counter() - start
+            assert out.shape[1] == prompt + new
+            t_decode = max(t_total - t_prefill, 1e-9)
+            peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+            row.update(
+                prefill_s=t_prefill,
+                decode_s=t_decode,
+                tokens_per_s=batch * new / t_decode,
+                peak_bytes=peak,
+            )
+        except Exception as err:
+            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            if device == "cuda":
+                torch.cuda.empty_cache()
+        results.append(row)
+    return {"model": spec["model"], "rows": results, "torch": torch.__version__}
+
+
+def _train_once(spec: dict[str, Any], attention: str, remat: bool) -> dict[str, Any]:
+    import jax
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from learner import logprobs, model_io, qwen2
+
+    hf = MODELS[spec["model"]]
+    cfg = qwen2.Qwen2Config.from_hf(
+        hf, param_dtype="float32", dtype="bfloat16", attention_impl=attention, remat=remat
+    )
+    graphdef, state = nnx.split(model_io.random_model(cfg, seed=0))
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-5, weight_decay=0.1))
+    opt_state = optimizer.init(state)
+
+    def loss_fn(state: Any, tokens: Any) -> Any:
+        model = nnx.merge(graphdef, state)
+        return -logprobs.next_token_logprobs(model, tokens, chunk=spec["chunk"]).mean()
+
+    def step(state: Any, opt_state: Any, tokens: Any) -> Any:
+        loss, grads = jax.value_and_grad(loss_fn)(state, tokens)
+        updates, opt_state = optimizer.update(grads, opt_state, state)
+        return optax.apply_updates(state, updates), opt_state, loss
+
+    step = jax.jit(step, donate_argnums=(0, 1))
+    batch, seq = spec["batch"], spec["seq"]
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, hf["vocab_size"], size=(batch, seq)).astype(np.int32)
+    start = time.perf_counter()
+    state, opt_state, loss = step(state, opt_state, tokens)
+    jax.block_until_ready(loss)
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(spec["steps"]):
+        start = time.perf_counter()
+        state, opt_state, loss = step(state, opt_state, tokens)
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - start)
+    step_s = float(np.median(times))
+    return {
+        "model": spec["model"],
+        "batch": batch,
+        "seq": seq,
+        "attention": attention,
+        "remat": remat,
+        "compile_and_first_step_s": compile_s,
+        "step_s": step_s,
+        "tokens_per_s": batch * seq / step_s,
+        "model_flops_per_step": train_flops(hf, batch, seq),
+        "loss": float(loss),
+        "peak_bytes": _jax_peak(),
+    }
+
+
+def worker_jax_train(spec: dict[str, Any]) -> dict[str, Any]:
+    """One SFT step; if cuDNN attention or the memory fails, XLA attention with remat instead."""
+    import gc
+
+    import jax
+
+    on_gpu = jax.devices()[0].platform == "gpu"
+    attempts = [("cudnn" if on_gpu and spec["attention"] == "cudnn" else "xla", spec["remat"])]
+    if attempts[0] != ("xla", True):
+        attempts.append(("xla", True))
+    failures = []
+    for attention, remat in attempts:
+        try:
+            result = _train_once(spec, attention, remat)
+            return {**result, "fallback_from": failures} if failures else result
+        except Exception as err:
+            failures.append(
+                f"{attention}{'+remat' if remat else ''}: {type(err).__name__}: {str(err)[:200]}"
+            )
+            gc.collect()
+    raise RuntimeError(" / ".join(failures))
+
+
+WORKERS = {
+    "calibrate": worker_calibrate,
+    "jax_decode": worker_jax_decode,
+    "torch_decode": worker_torch_decode,
+    "jax_train": worker_jax_train,
+}
+
+
+def _worker_main(kind: str, spec_json: str) -> None:
+    try:
+        result = WORKERS[kind](json.loads(spec_json))
+    except Exception as err:
+        traceback.print_exc()
+        result = {
+            "error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+        }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+
+def _spawn(
+    kind: str, spec: dict[str, Any], *, quick: bool, timeout: float, xla_flags: str
+) -> dict[str, Any]:
+    env = dict(os.environ)
+    if kind != "torch_decode":
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.90"
+        if not quick:
+            env.setdefault(
+                "JAX_COMPILATION_CACHE_DIR", str(Path.home() / ".cache" / "drtriton-jax")
+            )
+        if xla_flags:
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + xla_flags).strip()
+        if quick:
+            env["JAX_PLATFORMS"] = "cpu"
+    else:
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        if quick:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.learner_bench",
+        "--worker",
+        kind,
+        "--spec",
+        json.dumps(spec),
+    ]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"error": f"exit {proc.returncode}: {' | '.join(tail)[:400]}"}
+    result = json.loads(lines[-1][len("RESULT ") :])
+    result["wall_s"] = time.perf_counter() - start
+    if "error" in result:
+        print(proc.stderr[-2000:], file=sys.stderr)
+    return result
+
+
+def _gib(value: Any) -> str:
+    return f"{value / GIB:.1f}" if isinstance(value, int | float) else "-"
+
+
+def _fmt(value: Any, spec: str = ".0f") -> str:
+    return format(value, spec) if isinstance(value, int | float) else "-"
+
+
+def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Derived numbers (bounds, ratios, MFU, target checks) from the raw worker results."""
+    calib = results["calibration"]
+    bandwidth = calib.get("copy_bandwidth")
+    peak = calib.get("matmul_flops")
+    decode_rows, train_rows, checks = [], [], []
+    for name in args.models:
+        hf = MODELS[name]
+        jax_rows = {r["batch"]: r for r in results.get(f"jax_decode/{name}", {}).get("rows", [])}
+        torch_rows = {
+            r["batch"]: r for r in results.get(f"torch_decode/{name}", {}).get("rows", [])
+        }
+        for batch in args.batches:
+            j, t = jax_rows.get(batch, {}), torch_rows.get(batch, {})
+            bound = (
+                batch * args.new / decode_bound_seconds(hf, batch, args.prompt, args.new, bandwidth)
+                if bandwidth
+                else None
+            )
+            row = {
+                "model": name,
+                "batch": batch,
+                "jax_tokens_per_s": j.get("tokens_per_s"),
+                "torch_tokens_per_s": t.get("tokens_per_s"),
+                "bound_tokens_per_s": bound,
+                "jax_vs_torch": j["tokens_per_s"] / t["tokens_per_s"]
+                if "tokens_per_s" in j and "tokens_per_s" in t
+                else None,
+                "fraction_of_bound": j["tokens_per_s"] / bound
+                if "tokens_per_s" in j and bound
+                else None,
+                "jax_prefill_s": j.get("prefill_s"),
+                "torch_prefill_s": t.get("prefill_s"),
+                "jax_peak_bytes": j.get("peak_bytes"),
+                "torch_peak_bytes": t.get("peak_bytes"),
+                "jax_compile_s": j.get("compile_and_first_run_s"),
+                "errors": "; ".join(e for e in (j.get("error"), t.get("error")) if e) or None,
+            }
+            decode_rows.append(row)
+            target = None if args.quick else TARGETS.get(f"bound_b{batch}")
+            if target is not None and row["fraction_of_bound"] is not None:
+                checks.append(
+                    {
+                        "what": f"{name} decode b{batch} >= {target:.0%} of bound",
+                        "value": row["fraction_of_bound"],
+                        "pass": row["fraction_of_bound"] >= target,
+                    }
+                )
+        train = results.get(f"jax_train/{name}")
+        if train:
+            mfu = (
+                train["model_flops_per_step"] / train["step_s"] / peak
+                if "step_s" in train and peak
+                else None
+            )
+            train_rows.append({**train, "mfu": mfu, "model": name})
+            target = None if args.quick else TARGETS.get(f"mfu_{name}")
+            if target is not None and mfu is not None:
+                checks.append(
+                    {
+                        "what": f"{name} SFT step MFU >= {target:.0%}",
+                        "value": mfu,
+                        "pass": mfu >= target,
+                    }
+                )
+    return {
+        "settings": {
+            "models": args.models,
+            "batches": args.batches,
+            "prompt": args.prompt,
+            "new_tokens": args.new,
+            "train_batch": args.train_batch,
+            "train_seq": args.train_seq,
+            "quick": args.quick,
+        },
+        "calibration": calib,
+        "decode": decode_rows,
+        "train": train_rows,
+        "targets": checks,
+        "raw": results,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    s, c = report["settings"], report["calibration"]
+    lines = [
+        f"# Policy model benchmark ({c.get('device', '?')})",
+        "",
+        f"Prompt {s['prompt']} tokens, {s['new_tokens']} greedy new tokens, bf16, random weights. "
+        f"Measured copy bandwidth {_fmt((c.get('copy_bandwidth') or 0) / 1e9, '.1f')} GB/s, "
+        f"bf16 matmul peak {_fmt((c.get('matmul_flops') or 0) / 1e12, '.3g')} TFLOP/s.",
+        "",
+        "## Decode",
+        "",
+        "| model | batch | JAX tok/s | torch tok/s | JAX/torch | bound tok/s | % of bound | JAX peak GiB | torch peak GiB | JAX prefill s | torch prefill s | JAX compile s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["decode"]:
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {_fmt(r['jax_tokens_per_s'])} | {_fmt(r['torch_tokens_per_s'])} | "
+            f"{_fmt(r['jax_vs_torch'], '.2f')} | {_fmt(r['bound_tokens_per_s'])} | "
+            f"{_fmt(100 * r['fraction_of_bound'] if r['fraction_of_bound'] is not None else None, '.1f')} | "
+            f"{_gib(r['jax_peak_bytes'])} | {_gib(r['torch_peak_bytes'])} | {_fmt(r['jax_prefill_s'], '.3f')} | "
+            f"{_fmt(r['torch_prefill_s'], '.3f')} | {_fmt(r['jax_compile_s'], '.1f')} |"
+            + (f" {r['errors']}" if r["errors"] else "")
+        )
+    lines += [
+        "",
+        "## SFT train step",
+        "",
+        "| model | batch x seq | attention | step s | tokens/s | MFU | peak GiB | compile s |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["train"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | - | - | - | - | - | - | - | {r['error']}")
+            continue
+        lines.append(
+            f"| {r['model']} | {r['batch']} x {r['seq']} | {r['attention']}{' +remat' if r['remat'] else ''} | "
+            f"{r['step_s']:.3f} | {r['tokens_per_s']:.0f} | {_fmt(100 * r['mfu'] if r['mfu'] is not None else None, '.1f')}% | "
+            f"{_gib(r['peak_bytes'])} | {r['compile_and_first_step_s']:.1f} |"
+        )
+    if report["targets"]:
+        lines += ["", "## Targets", ""]
+        lines += [
+            f"- {'PASS' if t['pass'] else 'MISS'}: {t['what']} (measured {t['value']:.1%})"
+            for t in report["targets"]
+        ]
+    errors = [
+        f"{k}: {v['error']}"
+        for k, v in report["raw"].items()
+        if isinstance(v, dict) and "error" in v
+    ]
+    if errors:
+        lines += ["", "## Errors", ""] + [f"- {e}" for e in errors]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(report: dict[str, Any], out: Path | None) -> Path | None:
+    """The report as JSON at `out` (suffix forced to .json) and as markdown beside it."""
+    if out is None:
+        return None
+    json_path = out if out.suffix == ".json" else out.with_suffix(".json")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    json_path.with_suffix(".md").write_text(render_markdown(report))
+    return json_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny model on CPU: proves the harness runs"
+    )
+    parser.add_argument("--out", type=Path, help="write the report here (JSON) and a .md beside it")
+    parser.add_argument("--models", default=None, help="comma list of 0.5b,1.5b (default both)")
+    parser.add_argument("--batches", default=None, help="comma list (default 1,16,64,256)")
+    parser.add_argument("--prompt", type=int, default=None)
+    parser.add_argument("--new", type=int, default=None, help="new tokens per row")
+    parser.add_argument(
+        "--chunk", type=int, default=8, help="decode steps per on-device loop check"
+    )
+    parser.add_argument("--train-batch", type=int, default=None)
+    parser.add_argument("--train-seq", type=int, default=None)
+    parser.add_argument("--train-steps", type=int, default=3)
+    parser.add_argument(
+        "--remat", action="store_true", help="recompute layer activations in the train step"
+    )
+    parser.add_argument(
+        "--attention", choices=["cudnn", "xla"], default="cudnn", help="train-step attention kernel"
+    )
+    parser.add_argument(
+        "--skip", default="", help="comma list of parts to skip: torch,train,decode"
+    )
+    parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for the JAX workers")
+    parser.add_argument("--timeout", type=float, default=1800, help="per worker, seconds")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker_main(args.worker, args.spec)
+        return 0
+
+    q = args.quick
+    args.models = (args.models or ("tiny" if q else "0.5b,1.5b")).split(",")
+    args.batches = [int(b) for b in (args.batches or ("1,2" if q else "1,16,64,256")).split(",")]
+    args.prompt = args.prompt or (16 if q else 512)
+    args.new = args.new or (8 if q else 1024)
+    args.train_batch = args.train_batch or (2 if q else 8)
+    args.train_seq = args.train_seq or (64 if q else 2048)
+    skip = set(filter(None, args.skip.split(",")))
+
+    def spawn(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return _spawn(kind, spec, quick=q, timeout=args.timeout, xla_flags=args.xla_flags)
+
+    results: dict[str, Any] = {}
+
+    def record(key: str, kind: str, spec: dict[str, Any]) -> None:
+        print(f"{key} ...", end=" ", flush=True)
+        results[key] = spawn(kind, spec)
+        status = results[key].get("error", "ok")
+        print(f"{results[key].get('wall_s', 0):.0f} s, {status}", flush=True)
+        write_outputs(build_report(results, args), args.out)  # partial results survive a kill
+
+    calib_spec = {
+        "copy_elems": 2**20 if q else 2**30,
+        "matmul": 512 if q else 8192,
+        "repeats": 3 if q else 10,
+    }
+    record("calibration", "calibrate", calib_spec)
+    for name in args.models:
+        decode_spec = {
+            "model": name,
+            "batches": sorted(args.batches),
+            "prompt": args.prompt,
+            "new": args.new,
+            "chunk": args.chunk,
+        }
+        if "decode" not in skip:
+            record(f"jax_decode/{name}", "jax_decode", decode_spec)
+        if "torch" not in skip:
+            record(f"torch_decode/{name}", "torch_decode", decode_spec)
+        if "train" not in skip:
+            train_spec = {
+                "model": name,
+                "batch": args.train_batch,
+                "seq": args.train_seq,
+                "steps": args.train_steps,
+                "remat": args.remat,
+                "attention": args.attention,
+                "chunk": 16 if q else 512,
+            }
+            record(f"jax_train/{name}", "jax_train", train_spec)
+
+    report = build_report(results, args)
+    print()
+    print(render_markdown(report))
+    if args.out:
+        json_path = write_outputs(report, args.out)
+        print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Partition rules, and an 8-device CPU mesh giving the single-device results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from learner import model_io, qwen2, sharding
+
+from .conftest import random_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rules_cover_every_parameter_of_both_variants() -> None:
+    for tied in (True, False):
+        cfg = qwen2.Qwen2Config.from_hf({**qwen2.PRESETS["tiny"], "tie_word_embeddings": tied})
+        sharding.check_rules_cover(model_io.flat_params(qwen2.abstract(cfg)), qwen2.PARTITION_RULES)
+    with pytest.raises(KeyError, match="no partition rule"):
+        sharding.match_rule("layers.0.attn.q_norm.scale_new", qwen2.PARTITION_RULES)
+
+
+def test_fit_spec_drops_axes_that_do_not_divide() -> None:
+    sizes = {"fsdp": 4, "tp": 4}
+    assert sharding.fit_spec((896, 2, 64), ("fsdp", "tp", None), sizes) == P("fsdp", None, None)
+    assert sharding.fit_spec((896, 16, 64), ("fsdp", "tp", None), sizes) == P("fsdp", "tp", None)
+    assert sharding.fit_spec((6, 8), ("fsdp", "tp"), {"fsdp": 1, "tp": 2}) == P(None, "tp")
+    with pytest.raises(ValueError):
+        sharding.fit_spec((4,), ("fsdp", "tp"), sizes)
+
+
+def test_eight_device_mesh_matches_single_device(tmp_path: Path) -> None:
+    model_io.save_model(random_tiny_model(), tmp_path / "model")
+    hf_dir = tmp_path / "hf"
+    model_io.export_hf(tmp_path / "model", hf_dir)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.learner.mesh_worker", str(tmp_path / "model"), str(hf_dir)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["devices"] == 8
+    for key in ("4x2", "2x4"):
+        assert report[f"logits_diff_{key}"] < 1e-4, report
+    assert report["q_spec_4x2"] == str(P("fsdp", "tp", None))
+    assert report["q_shards_4x2"] == 8  # really split over all eight devices
+    assert report["k_spec_2x4"] == str(P("fsdp", None, None))  # 2 KV heads cannot split 4 ways
+    assert report["sample_equal"] is True
+    assert report["hf_load_diff"] == 0.0
+    assert report["hf_embed_spec"] == str(P("tp", "fsdp"))
