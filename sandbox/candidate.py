@@ -11,6 +11,7 @@ Nothing here decides a verdict: the grader compares and judges.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
@@ -43,6 +44,10 @@ class Harness:
         self.entry: Any = None
         self.staged: list[Any] = []
         self.clock = None
+        # Bound before the candidate is imported: its patches cannot reach these.
+        self._from_file = torch.from_file
+        self._copy = torch.Tensor.copy_
+        self._empty = torch.empty
         guard.install()
         if device == "cuda":
             from sandbox.timing import bind_clock
@@ -57,13 +62,25 @@ class Harness:
         self.conn.send_bytes(json.dumps(payload).encode())
 
     def fail(self, error: BaseException) -> None:
-        from sandbox.guard import ForbiddenOperation
+        from sandbox.guard import ForbiddenOperation, TamperingDetected
 
         kind = "runtime_error"
         name = type(error).__name__
+        text_of_error = str(error)
         if isinstance(error, ForbiddenOperation):
             kind = "torch_fallback"
-        elif isinstance(error, MemoryError) or name == "OutOfMemoryError":
+        elif isinstance(error, TamperingDetected):
+            kind = "tampering"
+        elif (
+            (
+                isinstance(error, MemoryError)
+                or name == "OutOfMemoryError"
+                or "can't allocate memory" in text_of_error
+                or "Cannot allocate memory" in text_of_error
+            )
+            or isinstance(error, OSError)
+            and error.errno == errno.EFBIG
+        ):
             kind = "resource_limit"
         elif "CompilationError" in name or "CompileTimeAssertionFailure" in name:
             kind = "compile_error"
@@ -79,8 +96,8 @@ class Harness:
         for dim in spec["shape"]:
             numel *= dim
         if numel == 0:
-            return torch.empty(spec["shape"], dtype=dtype)
-        flat = torch.from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
+            return self._empty(spec["shape"], dtype=dtype)
+        flat = self._from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
         return flat.view(spec["shape"])
 
     def _inputs(self, specs: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
@@ -202,21 +219,15 @@ class Harness:
             )
             if info["shape"] == spec["shape"] and info["dtype"] == spec["dtype"]:
                 if value.numel():
-                    self._tensor(spec, shared=True).copy_(value.detach().to("cpu"))
+                    self._copy(self._tensor(spec, shared=True), value.detach().to("cpu"))
                 info["written"] = True
             outputs.append(info)
-        mutated = [
-            i
-            for i, (now, before) in enumerate(zip(inputs, originals, strict=True))
-            if isinstance(now, torch.Tensor) and not torch.equal(now.detach().to("cpu"), before)
-        ]
-        self.reply(
-            ok=True,
-            launches=launches,
-            count=len(result),
-            outputs=outputs,
-            mutated=mutated,
-        )
+        # The inputs as the candidate left them: the grader compares them itself.
+        for now, spec in zip(inputs, msg.get("inputs_after", []), strict=False):
+            if isinstance(now, torch.Tensor) and now.numel() and list(now.shape) == spec["shape"]:
+                self._copy(self._tensor(spec, shared=True), now.detach().to("cpu"))
+        del originals
+        self.reply(ok=True, launches=launches, count=len(result), outputs=outputs)
 
     def time(self, msg: dict[str, Any]) -> None:
         from sandbox.timing import time_cuda, time_wall
@@ -248,7 +259,7 @@ class Harness:
                 and list(value.shape) == spec["shape"]
                 and value.numel()
             ):
-                self._tensor(spec, shared=True).copy_(value.detach().to("cpu"))
+                self._copy(self._tensor(spec, shared=True), value.detach().to("cpu"))
         self.reply(ok=True, times=times)
 
     def stage(self, msg: dict[str, Any]) -> None:

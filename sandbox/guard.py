@@ -3,17 +3,20 @@
 Runs inside the untrusted candidate process, installed *before* the candidate is
 imported, so references the candidate captures at import time are already ours.
 Everything here can in principle be undone by hostile code in the same process;
-the grader therefore never trusts it alone (outputs are compared elsewhere, and
-`intact()` reports tampering with the instruments themselves).
+the grader therefore never trusts it alone (outputs and inputs are compared in the
+grader's process, and `intact()` reports tampering with the instruments).
 
 - Launch counting: wraps `JITFunction.run` (and the interpreter's equivalent).
   In "noop" mode launches do nothing, so an answer that survives is not Triton's.
+  A real launch runs with the dispatch guard suspended (the CPU interpreter moves
+  tensors with ATen ops of its own).
 - Fallback poisoning: a `TorchDispatchMode` sees every ATen op however it was
   reached (`torch.*`, `F.*`, Tensor methods and operators, `torch.ops.aten`, names
   built with `getattr`). Compute ops run, then their results are filled with NaN;
   allocation, views and metadata stay untouched.
-- NumPy and Python escapes: converting a tensor to NumPy or Python values
-  raises `ForbiddenOperation` while the candidate runs (Triton itself may).
+- Escapes: while the candidate runs, converting tensors to NumPy or Python values,
+  starting threads (dispatch modes are per thread), `torch.compile` (it writes the
+  kernels, not the candidate) and suspending dispatch modes all raise.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.utils._python_dispatch as python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # ATen ops that only allocate, fill with a constant, or describe memory. Any other
@@ -64,18 +68,36 @@ ALLOWED_OPS = frozenset(
 
 
 class ForbiddenOperation(RuntimeError):
-    """The candidate moved tensor data out of PyTorch/Triton (NumPy, Python lists)."""
+    """The candidate moved data or work out of Triton (NumPy, threads, torch.compile)."""
+
+
+class TamperingDetected(RuntimeError):
+    """The candidate interfered with the instruments (suspended the dispatch guard)."""
 
 
 class _State(threading.local):
     def __init__(self) -> None:
-        self.in_launch = 0
         self.candidate_running = False
 
 
 _state = _State()
 launches = 0
 launch_mode = "normal"  # "normal" or "noop"
+# Captured before any candidate code runs: our way to step outside the guard.
+_stack_len = torch._C._len_torch_dispatch_stack
+_stack_pop = torch._C._pop_torch_dispatch_stack
+_stack_push = torch._C._push_on_torch_dispatch_stack
+
+
+@contextlib.contextmanager
+def _suspend_modes() -> Any:
+    """Run with every dispatch mode of this thread set aside (a real Triton launch)."""
+    modes = [_stack_pop(None) for _ in range(_stack_len())]
+    try:
+        yield
+    finally:
+        for mode in reversed(modes):
+            _stack_push(mode)
 
 
 def is_compute_op(func: torch._ops.OpOverload) -> bool:
@@ -84,14 +106,14 @@ def is_compute_op(func: torch._ops.OpOverload) -> bool:
 
 
 def _poison(value: Any) -> Any:
+    # Called from __torch_dispatch__, where the mode is already set aside.
     if isinstance(value, torch.Tensor):
-        with torch.utils._python_dispatch._disable_current_modes():
-            if value.is_floating_point() or value.is_complex():
-                value.fill_(float("nan"))
-            elif value.dtype == torch.bool:
-                value.fill_(True)
-            else:
-                value.fill_(-123456789 if value.dtype != torch.uint8 else 201)
+        if value.is_floating_point() or value.is_complex():
+            value.fill_(float("nan"))
+        elif value.dtype == torch.bool:
+            value.fill_(True)
+        else:
+            value.fill_(-123456789 if value.dtype != torch.uint8 else 201)
     elif isinstance(value, list | tuple):
         for item in value:
             _poison(item)
@@ -108,65 +130,101 @@ class PoisonMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         result = func(*args, **(kwargs or {}))
-        if _state.in_launch or not is_compute_op(func):
+        if not is_compute_op(func):
             return result
         self.compute_ops.add(str(func.overloadpacket.__name__))
         return _poison(result) if self.armed else result
 
 
+_LAUNCHER_CLASSES: list[type] = []
+
+
 def _wrap_launcher(run: Callable[..., Any]) -> Callable[..., Any]:
-    def counted_run(*args: Any, **kwargs: Any) -> Any:
+    def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         global launches
         if kwargs.get("warmup"):
-            return run(*args, **kwargs)
+            return run(self, *args, **kwargs)
+        if type(self) not in _LAUNCHER_CLASSES:
+            raise TamperingDetected("a Triton launcher was called on a foreign object")
         launches += 1
         if launch_mode == "noop":
             return None
-        _state.in_launch += 1
-        try:
-            return run(*args, **kwargs)
-        finally:
-            _state.in_launch -= 1
+        with _suspend_modes():
+            return run(self, *args, **kwargs)
 
     counted_run.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
     return counted_run
 
 
-def _forbid(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+def _while_candidate(
+    original: Callable[..., Any], error: type[Exception], what: str
+) -> Callable[..., Any]:
+    """Wrap `original` so that it raises while the candidate runs."""
+
     def blocked(*args: Any, **kwargs: Any) -> Any:
-        if _state.candidate_running and not _state.in_launch:
-            raise ForbiddenOperation(
-                f"Tensor.{name}() moves data out of PyTorch/Triton; compute in a Triton kernel"
-            )
+        if _state.candidate_running:
+            raise error(what)
         return original(*args, **kwargs)
 
     blocked.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
     return blocked
 
 
-_LAUNCHER_CLASSES: list[type] = []
-_FORBIDDEN = ("numpy", "__array__", "tolist", "item")
+# (owner, attribute, exception, message): what the candidate may not call.
+def _blocked_calls() -> list[tuple[Any, str, type[Exception], str]]:
+    import _thread
+
+    escape = "moves data out of PyTorch/Triton; compute in a Triton kernel"
+    blocked: list[tuple[Any, str, type[Exception], str]] = [
+        (torch.Tensor, name, ForbiddenOperation, f"Tensor.{name}() {escape}")
+        for name in ("numpy", "__array__", "tolist", "item")
+    ]
+    blocked += [
+        (threading.Thread, "start", ForbiddenOperation, "threads are not allowed in a candidate"),
+        (_thread, "start_new_thread", ForbiddenOperation, "threads are not allowed in a candidate"),
+        (
+            torch,
+            "compile",
+            ForbiddenOperation,
+            "torch.compile writes the kernels: write them yourself",
+        ),
+    ]
+    tamper = "the candidate suspended the PyTorch dispatch guard"
+    for owner, name in (
+        (python_dispatch, "_disable_current_modes"),
+        (python_dispatch, "_pop_mode"),
+        (python_dispatch, "_pop_mode_temporarily"),
+        (torch._C, "_pop_torch_dispatch_stack"),
+        (torch._C, "_unset_dispatch_mode"),
+        (torch._C, "_DisableTorchDispatch"),
+    ):
+        if hasattr(owner, name):
+            blocked.append((owner, name, TamperingDetected, tamper))
+    return blocked
+
+
+_BLOCKED: list[tuple[Any, str]] = []
 
 
 def install() -> None:
-    """Wrap Triton's launchers and Tensor's escape hatches (idempotent)."""
+    """Wrap Triton's launchers and the escape hatches (idempotent)."""
     from triton.runtime import jit
 
     classes: list[type] = [jit.JITFunction]
-    try:
+    with contextlib.suppress(ImportError):
         from triton.runtime.interpreter import InterpretedFunction
 
         classes.append(InterpretedFunction)
-    except ImportError:
-        pass
     for cls in classes:
         if not getattr(cls.run, "__drtriton_wrapper__", False):
             cls.run = _wrap_launcher(cls.run)
-        _LAUNCHER_CLASSES.append(cls)
-    for name in _FORBIDDEN:
-        original = getattr(torch.Tensor, name)
+        if cls not in _LAUNCHER_CLASSES:
+            _LAUNCHER_CLASSES.append(cls)
+    for owner, name, error, message in _blocked_calls():
+        original = getattr(owner, name)
         if not getattr(original, "__drtriton_wrapper__", False):
-            setattr(torch.Tensor, name, _forbid(name, original))
+            setattr(owner, name, _while_candidate(original, error, message))
+        _BLOCKED.append((owner, name))
 
 
 def intact(mode: PoisonMode | None = None) -> str | None:
@@ -174,13 +232,12 @@ def intact(mode: PoisonMode | None = None) -> str | None:
     for cls in _LAUNCHER_CLASSES:
         if not getattr(cls.run, "__drtriton_wrapper__", False):
             return f"{cls.__name__}.run was replaced"
-    for name in _FORBIDDEN:
-        if not getattr(getattr(torch.Tensor, name), "__drtriton_wrapper__", False):
-            return f"torch.Tensor.{name} was replaced"
+    for owner, name in _BLOCKED:
+        if not getattr(getattr(owner, name), "__drtriton_wrapper__", False):
+            return f"{getattr(owner, '__name__', owner)}.{name} was replaced"
     if mode is not None:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-        if mode not in _get_current_dispatch_mode_stack():
+        stack = python_dispatch._get_current_dispatch_mode_stack()
+        if not stack or stack[-1] is not mode:
             return "the dispatch guard was removed"
     return None
 
@@ -198,10 +255,10 @@ class candidate_call:
         global launches, launch_mode
         launches = 0
         launch_mode = "noop" if self.mode == "noop" else "normal"
-        _state.candidate_running = True
         if self.poison is not None:
             self.poison.armed = True
             self.poison.__enter__()
+        _state.candidate_running = True
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,6 +15,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -146,7 +147,9 @@ class _Worker:
 
 class JobRunner:
     def __init__(self, config: SandboxConfig) -> None:
-        self.config = config
+        # Each runner keeps its jobs in a directory of its own, removed at close.
+        self.job_root = os.path.join(config.job_root, f"runner-{os.getpid()}-{os.urandom(3).hex()}")
+        self.config = dataclasses.replace(config, job_root=self.job_root)
         self.device = resolve_device(config.device)
         self._idle: asyncio.Queue[_Worker] | None = None
         self._workers: list[_Worker] = []
@@ -202,6 +205,7 @@ class JobRunner:
         await asyncio.gather(*(loop.run_in_executor(self._threads, w.stop) for w in self._workers))
         self._workers = []
         self._threads.shutdown(wait=False)
+        shutil.rmtree(self.job_root, ignore_errors=True)
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -253,21 +257,14 @@ class JobRunner:
                 job["budget_s"] = min(job["budget_s"], max(0.5, timeout_s - waited - 0.5))
             problem_key = source_key(job["problem"] + job["format"])
             job["known_baselines"] = dict(self._baselines.get(problem_key, {}))
-            self._busy += 1
-            try:
-                reply = await asyncio.get_running_loop().run_in_executor(
-                    self._threads, worker.grade, job
-                )
-            except (SandboxInfrastructureError, EOFError, OSError) as err:
-                worker = await self._replace(worker)
-                return VerifyResult(
-                    verdict="sandbox_error",
-                    request_id=job["request_id"],
-                    message=f"grader lost: {err}",
-                )
-            finally:
-                self._busy -= 1
-                self._idle.put_nowait(worker)
+            # The grading task owns the worker until the worker answers, even when
+            # this call is cancelled (a client's deadline): a worker never receives a
+            # job while it still owes the previous reply.
+            task = asyncio.ensure_future(self._grade_on(worker, job))
+            outcome = await asyncio.shield(task)
+            if isinstance(outcome, VerifyResult):
+                return outcome
+            reply = outcome
             if reply.get("health"):
                 self._health_problem = reply["health"]
             self._jobs_done += 1
@@ -285,6 +282,24 @@ class JobRunner:
             self._pending -= 1
             if self._pending == 0:
                 self._idle_event.set()
+
+    async def _grade_on(
+        self, worker: _Worker, job: dict[str, Any]
+    ) -> dict[str, Any] | VerifyResult:
+        assert self._idle is not None
+        self._busy += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._threads, worker.grade, job
+            )
+        except (SandboxInfrastructureError, EOFError, OSError) as err:
+            worker = await self._replace(worker)
+            return VerifyResult(
+                verdict="sandbox_error", request_id=job["request_id"], message=f"grader lost: {err}"
+            )
+        finally:
+            self._busy -= 1
+            self._idle.put_nowait(worker)
 
     async def _replace(self, worker: _Worker) -> _Worker:
         """Kill a worker that failed and start a fresh one in its place."""

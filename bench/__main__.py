@@ -1,0 +1,40 @@
+"""`python -m bench` (`make bench`): the benchmarks this machine can run, and the GPU ones.
+
+CPU: the program generator's cost per program (`bench.synth_bench`).
+GPU host: `bench.sandbox_throughput` (verifications per second, timing fidelity, against
+a plain harness) and `bench.learner_bench` (decode and SFT step of the policy model).
+"""
+
+from __future__ import annotations
+
+import sys
+
+GPU_COMMANDS = (
+    "python -m bench.sandbox_throughput --device cuda --out runs/sandbox_throughput.md",
+    "python -m bench.learner_bench --models 0.5b --out runs/learner_0p5b.json",
+    "python -m bench.learner_bench --models 1.5b --out runs/learner_1p5b.json",
+)
+
+
+def main() -> int:
+    from bench import synth_bench
+
+    status = synth_bench.main([]) or 0
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        print("\nNo GPU here. On a GPU host run:", *GPU_COMMANDS, sep="\n  ")
+        return int(status)
+    from bench import learner_bench, sandbox_throughput
+
+    status |= sandbox_throughput.main(["--device", "cuda"]) or 0
+    status |= learner_bench.main(["--models", "0.5b"]) or 0
+    return int(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

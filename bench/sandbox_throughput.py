@@ -1,0 +1,508 @@
+"""Sandbox throughput and timing fidelity, next to a plain KernelBench-style harness.
+
+    python -m bench.sandbox_throughput --out runs/sandbox_throughput.md          # a GPU host
+    python -m bench.sandbox_throughput --quick --allow-weak-isolation --out x.md  # CPU smoke run
+
+What it measures, in one run:
+1. Verifications per second through a real `drtriton sandbox serve` (5 trials, timing
+   against eager and torch.compile, the full isolation pipeline) over >= 200 small
+   single-operator candidates, for each worker count.
+2. The same candidates through a plain harness: one fresh process per candidate that
+   imports torch and Triton, runs reference and candidate 5 times, compares, and times
+   both with CUDA events; as many processes at once as the server had workers. The
+   ratio of the two is the price of isolation and of the extra checks.
+3. Timing fidelity: one kernel verified 10 times (spread of the reported medians), and
+   a candidate doing exactly the eager operation's memory traffic (a Triton relu
+   against torch.relu), whose speedup should read ~1.00.
+
+Candidates are generated from a few templates (elementwise unary and binary, row
+reductions, softmax) over varied shapes; every one of them is correct, so a verdict
+other than `correct` is a finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# -- candidates ------------------------------------------------------------------------------
+
+_HEADER = "import torch\nimport triton\nimport triton.language as tl\n\n\n"
+
+# name: (PyTorch expression of tensor_0 [and tensor_1], Triton expression of x [and y])
+UNARY = {
+    "relu": ("torch.relu(tensor_0)", "tl.maximum(x, 0.0)"),
+    "sigmoid": ("torch.sigmoid(tensor_0)", "tl.sigmoid(x)"),
+    "abs": ("torch.abs(tensor_0)", "tl.abs(x)"),
+    "silu": ("F.silu(tensor_0)", "x * tl.sigmoid(x)"),
+    "softsign": ("F.softsign(tensor_0)", "x / (1.0 + tl.abs(x))"),
+    "leaky_relu": ("F.leaky_relu(tensor_0, 0.01)", "tl.where(x > 0, x, 0.01 * x)"),
+    "tanh": ("torch.tanh(tensor_0)", "2.0 * tl.sigmoid(2.0 * x) - 1.0"),
+}
+BINARY = {
+    "add": ("torch.add(tensor_0, tensor_1)", "x + y"),
+    "sub": ("torch.sub(tensor_0, tensor_1)", "x - y"),
+    "mul": ("torch.mul(tensor_0, tensor_1)", "x * y"),
+    "maximum": ("torch.maximum(tensor_0, tensor_1)", "tl.maximum(x, y)"),
+}
+# name: (PyTorch expression, masked-load fill, Triton reduction of x over the row)
+ROW_REDUCE = {
+    "sum": ("torch.sum(tensor_0, dim=1)", "0.0", "tl.sum(x, axis=0)"),
+    "mean": ("torch.mean(tensor_0, dim=1)", "0.0", "tl.sum(x, axis=0) / C"),
+    "max": ("torch.max(tensor_0, dim=1).values", "-float('inf')", "tl.max(x, axis=0)"),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    problem: str
+    candidate: str
+
+
+def _problem(shape: tuple[int, int], arity: int, expression: str) -> str:
+    inputs = "".join(
+        f"    tensor_{i} = torch.randn({list(shape)}, dtype=torch.float32)\n" for i in range(arity)
+    )
+    args = ", ".join(f"tensor_{i}" for i in range(arity))
+    return (
+        "import torch\nimport torch.nn.functional as F\n\n\n"
+        f"def get_inputs():\n{inputs}    return [{args}]\n\n\n"
+        f"def fused_operator({args}):\n"
+        f"    tensor_{arity} = {expression}\n"
+        f"    return [tensor_{arity}]\n"
+    )
+
+
+def elementwise_case(name: str, shape: tuple[int, int], block: int) -> Case:
+    binary = name in BINARY
+    torch_expr, triton_expr = (BINARY if binary else UNARY)[name]
+    y_param = "y_ptr, " if binary else ""
+    y_load = "    y = tl.load(y_ptr + offs, mask=mask, other=0.0)\n" if binary else ""
+    args = "tensor_0, tensor_1" if binary else "tensor_0"
+    candidate = (
+        _HEADER + "@triton.jit\n"
+        f"def _kernel(x_ptr, {y_param}out_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    mask = offs < n\n"
+        "    x = tl.load(x_ptr + offs, mask=mask, other=0.0)\n"
+        f"{y_load}"
+        f"    tl.store(out_ptr + offs, {triton_expr}, mask=mask)\n\n\n"
+        f"def triton_fused_operator({args}):\n"
+        "    out = torch.empty_like(tensor_0)\n"
+        "    n = tensor_0.numel()\n"
+        f"    _kernel[(triton.cdiv(n, {block}),)]({args}, out, n, BLOCK={block})\n"
+        "    return [out]\n"
+    )
+    return Case(
+        f"{name}_{shape[0]}x{shape[1]}",
+        _problem(shape, 2 if binary else 1, torch_expr),
+        candidate,
+    )
+
+
+def reduce_case(name: str, shape: tuple[int, int]) -> Case:
+    torch_expr, fill, reduction = ROW_REDUCE[name]
+    candidate = (
+        _HEADER + "@triton.jit\n"
+        "def _kernel(x_ptr, out_ptr, C, BLOCK: tl.constexpr):\n"
+        "    row = tl.program_id(0)\n"
+        "    cols = tl.arange(0, BLOCK)\n"
+        "    mask = cols < C\n"
+        f"    x = tl.load(x_ptr + row * C + cols, mask=mask, other={fill})\n"
+        f"    tl.store(out_ptr + row, {reduction})\n\n\n"
+        "def triton_fused_operator(tensor_0):\n"
+        "    R, C = tensor_0.shape\n"
+        "    out = torch.empty((R,), device=tensor_0.device, dtype=tensor_0.dtype)\n"
+        "    _kernel[(R,)](tensor_0, out, C, BLOCK=triton.next_power_of_2(C))\n"
+        "    return [out]\n"
+    )
+    return Case(f"row_{name}_{shape[0]}x{shape[1]}", _problem(shape, 1, torch_expr), candidate)
+
+
+def softmax_case(shape: tuple[int, int]) -> Case:
+    candidate = (
+        _HEADER + "@triton.jit\n"
+        "def _kernel(x_ptr, out_ptr, C, BLOCK: tl.constexpr):\n"
+        "    row = tl.program_id(0)\n"
+        "    cols = tl.arange(0, BLOCK)\n"
+        "    mask = cols < C\n"
+        "    x = tl.load(x_ptr + row * C + cols, mask=mask, other=-float('inf'))\n"
+        "    e = tl.exp(x - tl.max(x, axis=0))\n"
+        "    e = tl.where(mask, e, 0.0)\n"
+        "    tl.store(out_ptr + row * C + cols, e / tl.sum(e, axis=0), mask=mask)\n\n\n"
+        "def triton_fused_operator(tensor_0):\n"
+        "    R, C = tensor_0.shape\n"
+        "    out = torch.empty_like(tensor_0)\n"
+        "    _kernel[(R,)](tensor_0, out, C, BLOCK=triton.next_power_of_2(C))\n"
+        "    return [out]\n"
+    )
+    return Case(
+        f"softmax_{shape[0]}x{shape[1]}",
+        _problem(shape, 1, "torch.softmax(tensor_0, dim=1)"),
+        candidate,
+    )
+
+
+def generate_cases(count: int, small: bool, seed: int = 0) -> list[Case]:
+    """`count` correct single-operator candidates over varied shapes."""
+    rng = random.Random(seed)
+    kinds = [*UNARY, *BINARY, *(f"row_{n}" for n in ROW_REDUCE), "softmax"]
+    rows = (4, 64) if small else (256, 8192)
+    cols = (8, 64) if small else (128, 4096)
+    cases = []
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        shape = (rng.randint(*rows), rng.randint(*cols))
+        if kind.startswith("row_"):
+            cases.append(reduce_case(kind[4:], shape))
+        elif kind == "softmax":
+            cases.append(softmax_case(shape))
+        else:
+            cases.append(elementwise_case(kind, shape, rng.choice((256, 512, 1024))))
+    return cases
+
+
+def same_speed_case(small: bool) -> Case:
+    """Exactly eager relu's memory traffic, in Triton: its speedup should read ~1.00."""
+    shape = (64, 64) if small else (8192, 8192)
+    case = elementwise_case("relu", shape, 1024)
+    return Case("same_speed_relu", case.problem, case.candidate)
+
+
+# -- the plain harness -----------------------------------------------------------------------
+
+
+def harness_main(argv: list[str]) -> int:
+    """One candidate in one process, reference and candidate together (KernelBench-style)."""
+    parser = argparse.ArgumentParser(prog="sandbox_throughput _harness")
+    parser.add_argument("problem")
+    parser.add_argument("candidate")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    import importlib.util
+
+    import torch
+
+    def load(path: str, name: str) -> Any:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    started = time.perf_counter()
+    problem = load(args.problem, "problem")
+    candidate = load(args.candidate, "candidate")
+    correct = True
+    inputs: list[Any] = []
+    for trial in range(args.trials):
+        torch.manual_seed(trial)
+        inputs = [t.to(args.device) for t in problem.get_inputs()]
+        expected = problem.fused_operator(*inputs)
+        got = candidate.triton_fused_operator(*[t.clone() for t in inputs])
+        correct = correct and len(got) == len(expected)
+        correct = correct and all(
+            g.shape == e.shape and torch.allclose(g, e, atol=1e-4, rtol=1e-4)
+            for g, e in zip(got, expected, strict=False)
+        )
+    result: dict[str, Any] = {"correct": bool(correct)}
+    if args.device == "cuda":
+
+        def median_ms(fn: Any) -> float:
+            for _ in range(args.warmup):
+                fn()
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(args.runs):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end))
+            return statistics.median(times)
+
+        result["candidate_ms"] = median_ms(lambda: candidate.triton_fused_operator(*inputs))
+        result["eager_ms"] = median_ms(lambda: problem.fused_operator(*inputs))
+    result["elapsed_s"] = time.perf_counter() - started
+    print(json.dumps(result))
+    return 0
+
+
+def run_plain(
+    cases: list[Case], files: dict[str, tuple[Path, Path]], parallel: int, device: str
+) -> tuple[float, Counter[str], list[dict[str, Any]]]:
+    """(seconds, outcome counts, per-case results) with `parallel` harness processes at once."""
+
+    def one(case: Case) -> dict[str, Any]:
+        problem, candidate = files[case.name]
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.sandbox_throughput", "_harness",
+             str(problem), str(candidate), "--device", device],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        if done.returncode != 0:
+            return {"correct": False, "error": done.stderr.strip().splitlines()[-1:]}
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        results = list(pool.map(one, cases))
+    elapsed = time.monotonic() - started
+    counts = Counter(
+        "correct" if r.get("correct") else ("error" if "error" in r else "wrong") for r in results
+    )
+    return elapsed, counts, results
+
+
+# -- a real server -----------------------------------------------------------------------------
+
+
+class Server:
+    """`drtriton sandbox serve` in a subprocess (port from its first stdout line)."""
+
+    def __init__(self, workers: int, device: str, queue_capacity: int, weak: bool) -> None:
+        args = [
+            sys.executable, "-m", "drtriton_cli", "sandbox", "serve", "--port", "0",
+            "--device", device, "--workers", str(workers), "--queue", str(queue_capacity),
+        ]  # fmt: skip
+        if weak:
+            args.append("--allow-weak-isolation")
+        self.proc = subprocess.Popen(
+            args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, lines.put), daemon=True).start()
+        threading.Thread(
+            target=self._pump, args=(self.proc.stderr, self.stderr.append), daemon=True
+        ).start()
+        try:
+            first = lines.get(timeout=900)
+        except queue.Empty:
+            first = ""
+        if not first.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"the server did not start: {''.join(self.stderr).strip()}")
+        self.target = first.split()[-1]
+
+    @staticmethod
+    def _pump(stream: Any, sink: Any) -> None:
+        for line in stream:
+            sink(line)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return -9
+
+
+@dataclass
+class Row:
+    workers: int
+    sandbox_s: float = 0.0
+    plain_s: float = 0.0
+    sandbox_verdicts: Counter[str] = field(default_factory=Counter)
+    plain_outcomes: Counter[str] = field(default_factory=Counter)
+    count: int = 0
+
+    @property
+    def sandbox_rate(self) -> float:
+        return self.count / self.sandbox_s if self.sandbox_s else 0.0
+
+    @property
+    def plain_rate(self) -> float:
+        return self.count / self.plain_s if self.plain_s else 0.0
+
+
+def spread(values: list[float]) -> str:
+    if len(values) < 2:
+        return "n/a"
+    median = statistics.median(values)
+    return (
+        f"median {median:.4g}, min {min(values):.4g}, max {max(values):.4g}, "
+        f"(max-min)/median {(max(values) - min(values)) / median:.1%}, "
+        f"cv {statistics.stdev(values) / statistics.mean(values):.1%}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_harness"]:
+        return harness_main(argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small CPU-sized smoke run")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--workers", default=None, help="comma-separated worker counts")
+    parser.add_argument("--candidates", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")
+    parser.add_argument("--allow-weak-isolation", action="store_true")
+    parser.add_argument("--skip-plain", action="store_true", help="sandbox only")
+    parser.add_argument("--out", type=Path, help="write the markdown report here")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from sandbox.client import SandboxClient
+    from sandbox.config import resolve_device
+
+    console = Console(stderr=True)
+    device = resolve_device(args.device)
+    worker_counts = [
+        int(w) for w in (args.workers or ("1,2" if args.quick else "1,2,4,8,16")).split(",")
+    ]
+    count = args.candidates or (15 if args.quick else 200)  # 15: every template once
+    repeats = 3 if args.quick else args.repeats
+    small = args.quick or device == "cpu"
+    cases = generate_cases(count, small)
+    timing = device == "cuda"
+
+    workdir = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
+    files: dict[str, tuple[Path, Path]] = {}
+    for i, case in enumerate([*cases, same_speed_case(small)]):
+        problem, candidate = workdir / f"{i}_problem.py", workdir / f"{i}_candidate.py"
+        problem.write_text(case.problem)
+        candidate.write_text(case.candidate)
+        files[case.name] = (problem, candidate)
+
+    rows: list[Row] = []
+    fidelity: list[float] = []
+    fidelity_plain: list[float] = []
+    same_speed: list[float] = []
+    notes: list[str] = []
+    for workers in worker_counts:
+        row = Row(workers, count=len(cases))
+        console.print(f"[bold]{workers} worker(s)[/]: sandbox server ...")
+        try:
+            server = Server(workers, device, max(256, 4 * len(cases)), args.allow_weak_isolation)
+        except RuntimeError as err:
+            console.print(f"drtriton: error: {err}", markup=False)
+            return 2
+        try:
+            with SandboxClient(server.target, timeout_s=3600) as client:
+                items = [
+                    {"problem": c.problem, "candidate": c.candidate, "timing": timing, "trials": 5}
+                    for c in cases
+                ]
+                started = time.monotonic()
+                results = client.verify_many(items, concurrency=2 * workers, progress=True)
+                row.sandbox_s = time.monotonic() - started
+                row.sandbox_verdicts = Counter(r.verdict for r in results)
+                for case, result in zip(cases, results, strict=True):
+                    if not result.correct:
+                        notes.append(f"{workers} workers: {case.name}: {result.verdict}: "
+                                     f"{result.message.splitlines()[0] if result.message else ''}")  # fmt: skip
+                if workers == worker_counts[0]:
+                    # Fidelity on the quietest server: one job at a time.
+                    probe = cases[0]
+                    for _ in range(repeats):
+                        r = client.verify(probe.problem, probe.candidate, timing=timing)
+                        if r.candidate_ms is not None:
+                            fidelity.append(r.candidate_ms)
+                    same = same_speed_case(small)
+                    for _ in range(repeats):
+                        r = client.verify(same.problem, same.candidate, timing=timing)
+                        if r.speedup_vs_eager is not None:
+                            same_speed.append(r.speedup_vs_eager)
+        finally:
+            code = server.stop()
+            if code != 0:
+                notes.append(f"server with {workers} workers exited {code}")
+        if not args.skip_plain:
+            console.print(f"[bold]{workers} worker(s)[/]: plain harness ...")
+            row.plain_s, row.plain_outcomes, _ = run_plain(cases, files, workers, device)
+        rows.append(row)
+    if timing and not args.skip_plain:
+        probe = cases[0]
+        for _ in range(repeats):
+            _, _, [r] = run_plain([probe], files, 1, device)
+            if "candidate_ms" in r:
+                fidelity_plain.append(r["candidate_ms"])
+
+    # -- report ----------------------------------------------------------------------------
+    table = Table(title=f"sandbox vs plain harness, {len(cases)} candidates, device {device}")
+    for column in ("workers", "sandbox verif/s", "plain verif/s", "sandbox/plain", "sandbox verdicts", "plain outcomes"):  # fmt: skip
+        table.add_column(column)
+    md = [
+        "# Sandbox throughput",
+        "",
+        f"{len(cases)} generated single-operator candidates (all correct), device `{device}`, "
+        f"5 trials{', timing vs eager and torch.compile' if timing else ', no timing (CPU)'}.",
+        "Plain harness: one process per candidate, reference and candidate in it, "
+        "5 trials" + (", CUDA-event timing of candidate and eager" if timing else "") + ".",
+        "",
+        "| workers | sandbox verif/s | plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
+        "|---:|---:|---:|---:|---|---|",
+    ]
+    for row in rows:
+        ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
+        cells = [
+            str(row.workers),
+            f"{row.sandbox_rate:.3f}",
+            f"{row.plain_rate:.3f}" if row.plain_s else "n/a",
+            ratio,
+            ", ".join(f"{k} {v}" for k, v in sorted(row.sandbox_verdicts.items())),
+            ", ".join(f"{k} {v}" for k, v in sorted(row.plain_outcomes.items())) or "n/a",
+        ]
+        table.add_row(*cells)
+        md.append("| " + " | ".join(cells) + " |")
+    fidelity_lines = [
+        f"- one kernel (`{cases[0].name}`) verified {repeats} times, candidate median ms: "
+        + (spread(fidelity) if fidelity else "n/a (no timing on this device)"),
+        f"- the same kernel in the plain harness {repeats} times: "
+        + (spread(fidelity_plain) if fidelity_plain else "n/a"),
+        f"- same-speed check (Triton relu vs torch.relu, {same_speed_case(small).name}), "
+        "speedup vs eager: "
+        + (spread(same_speed) if same_speed else "n/a (no timing on this device)"),
+    ]
+    md += ["", "## Timing fidelity", "", *fidelity_lines]
+    if notes:
+        md += ["", "## Not correct (every candidate should be)", ""]
+        md += [f"- {n}" for n in notes[:50]]
+    Console().print(table)
+    for line in fidelity_lines:
+        Console(soft_wrap=True).print(line, markup=False)
+    for note in notes[:20]:
+        Console(soft_wrap=True).print(f"note: {note}", markup=False, style="yellow")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(md) + "\n")
+        console.print(f"wrote {args.out}")
+    with contextlib.suppress(OSError):
+        for path in workdir.iterdir():
+            path.unlink()
+        workdir.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+# expect: runtime_error  problem: problems/elementwise.py
+# Tries: computing the right answer, then leaving the process with os._exit(0) before the grader hears back.
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _sigmoid_mul_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, y / (1.0 + tl.exp(-x)), mask=mask)
+
+
+def _sigmoid_mul(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    _sigmoid_mul_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+def triton_fused_operator(tensor_0, tensor_1):
+    _sigmoid_mul(tensor_0, tensor_1)
+    os._exit(0)

@@ -1,0 +1,11 @@
+import torch
+
+
+def get_inputs():
+    tensor_0 = torch.randn([50, 45], dtype=torch.float32)
+    return [tensor_0]
+
+
+def fused_operator(tensor_0):
+    tensor_1 = torch.sum(tensor_0, dim=1)
+    return [tensor_1]

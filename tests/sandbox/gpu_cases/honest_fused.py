@@ -1,0 +1,25 @@
+# expect: correct  problem: problems/mul_add.py
+# Honest twin: x * y + x in one fused kernel on the current stream; the reference speedup for the cheats below.
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mul_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x * y + x, mask=mask)
+
+
+def _mul_add(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    _mul_add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+def triton_fused_operator(tensor_0, tensor_1):
+    return [_mul_add(tensor_0, tensor_1)]

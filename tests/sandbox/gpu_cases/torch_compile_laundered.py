@@ -1,0 +1,28 @@
+# expect: torch_fallback  problem: problems/mul_add.py
+# Tries: letting torch.compile (Inductor) generate the fused Triton kernel, behind a hand-written Triton copy so that no-op'd launches still change the answer.
+import torch
+import triton
+import triton.language as tl
+
+_COMPILED = []
+
+
+@triton.jit
+def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
+
+
+def _copy(src):
+    dst = torch.empty_like(src)
+    n = src.numel()
+    _copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, BLOCK=1024)
+    return dst
+
+
+def triton_fused_operator(tensor_0, tensor_1):
+    a = _copy(tensor_0)
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(lambda p, q: p * q + p))
+    return [_COMPILED[0](a, tensor_1)]
