@@ -137,16 +137,26 @@ def enter_jail(job_dir: str, processes: int, scratch_mb: int = 256) -> list[str]
         return ["namespaces"]
     missing: list[str] = []
     libc = ctypes.CDLL(None, use_errno=True)
-    job_fd = os.open(job_dir, os.O_PATH)
-    for scratch in ("/tmp", "/dev/shm"):
+    # Paths under /tmp or /dev/shm that must survive the fresh tmpfs mounts: the job
+    # directory, and the interpreter, libraries and code when they live there.
+    scratch_dirs = ("/tmp", "/dev/shm")
+    keep = [job_dir] + [
+        path
+        for path in dict.fromkeys(str(Path(p).resolve()) for p in runtime_paths(full=True))
+        if path.startswith(tuple(d + "/" for d in scratch_dirs)) and os.path.isdir(path)
+    ]
+    keep = [p for p in keep if not any(p.startswith(q + "/") for q in keep if q != p)]
+    kept = [(path, os.open(path, os.O_PATH)) for path in keep]
+    for scratch in scratch_dirs:
         if os.path.isdir(scratch) and (
             libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", 0, f"size={scratch_mb}m".encode()) != 0
         ):
             missing.append(f"private {scratch} (errno {ctypes.get_errno()})")
-    os.makedirs(job_dir, exist_ok=True)
-    if not _bind(libc, f"/proc/self/fd/{job_fd}", job_dir):
-        missing.append(f"bind job dir (errno {ctypes.get_errno()})")
-    os.close(job_fd)
+    for path, fd in kept:
+        os.makedirs(path, exist_ok=True)
+        if not _bind(libc, f"/proc/self/fd/{fd}", path):
+            missing.append(f"bind {path} (errno {ctypes.get_errno()})")
+        os.close(fd)
     if not _set_readonly(libc, "/", True, recursive=True):
         missing.append(f"read-only root (errno {ctypes.get_errno()})")
     for writable, recursive in (
@@ -184,12 +194,22 @@ def hand_over(path: str) -> None:
         os.chown(path, uid, uid)
 
 
-def runtime_paths() -> list[str]:
-    """Files a candidate process must read: the interpreter, its libraries, this package."""
+def runtime_paths(full: bool = False) -> list[str]:
+    """Files a candidate process must read: the interpreter, its libraries, this code.
+
+    With `full`, directories (the environment's prefixes, the repository, every
+    entry of sys.path) rather than representative files.
+    """
     import sysconfig
 
     paths = {sys.executable, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]}
     paths.add(str(Path(__file__).resolve().parent))
+    if full:
+        paths = {sys.prefix, sys.base_prefix, sysconfig.get_paths()["purelib"]}
+        paths.add(sysconfig.get_paths()["platlib"])
+        paths.add(str(Path(__file__).resolve().parent.parent))
+        paths.update(p for p in sys.path if p and os.path.isdir(p))
+        paths.add(str(Path(sys.executable).parent))
     return sorted(paths)
 
 

@@ -136,11 +136,13 @@ class _Worker:
         self.process.kill()
         self.process.wait(5)
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
         with contextlib.suppress(OSError):
             self.conn.send(None)
+
+    def wait_stopped(self, timeout_s: float = 30) -> None:
         try:
-            self.process.wait(30)
+            self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
 
@@ -201,8 +203,12 @@ class JobRunner:
 
     async def close(self) -> None:
         self._draining = True
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self._threads, w.stop) for w in self._workers))
+        # No executor here: close() also runs at interpreter exit, when executors
+        # refuse new work. Workers stop in parallel: ask all, then wait for each.
+        for worker in self._workers:
+            worker.request_stop()
+        for worker in self._workers:
+            worker.wait_stopped()
         self._workers = []
         self._threads.shutdown(wait=False)
         shutil.rmtree(self.job_root, ignore_errors=True)

@@ -1,0 +1,203 @@
+"""conv1d/2d/3d and conv_transpose1d/2d/3d as implicit GEMMs on `tl.dot`.
+
+Per group, rows are output positions (batch x spatial) and columns the group's output
+channels. The reduction loops over kernel offsets, and for each over BLOCK_K input
+channels, so the input positions (and their bounds checks) are computed once per
+kernel offset and reused for every channel block. For a convolution, output o reads
+input i = o * stride - padding + k * dilation; for a transposed convolution, o
+receives i when o + padding - k * dilation = i * stride. Reads outside the input are
+masked to zero, which is also the padding.
+"""
+
+from __future__ import annotations
+
+from ..codegen import (
+    Epilogue,
+    KernelBuilder,
+    Module,
+    Tile,
+    describe,
+    dims_product,
+    group_ops,
+    kernel_label,
+    shape_tuple,
+)
+from ..fusion import Group
+from .matmul import DOT_PRECISION
+
+AXES = {1: ["l"], 2: ["h", "w"], 3: ["d", "h", "w"]}
+
+
+def _unravel(k: KernelBuilder, flat: str, names: list[str], sizes: list[str], temp: str) -> None:
+    """Row-major coordinates `names` of the flat index `flat` over `sizes` (`temp`: scratch name)."""
+    rest = flat
+    for i in range(len(names) - 1, 0, -1):
+        k.line(f"{names[i]} = {rest} % {sizes[i]}")
+        k.line(f"{temp if i > 1 else names[0]} = {rest} // {sizes[i]}")
+        rest = temp
+    if len(names) == 1:
+        k.line(f"{names[0]} = {flat}")
+
+
+def emit(module: Module, group: Group) -> None:
+    op = group.anchor
+    assert op is not None
+    p = op.params
+    nd, transposed = p["nd"], op.kind.startswith("conv_transpose")
+    axes = AXES[nd]
+    x_name = op.inputs[0]
+    x, w = module.shape(x_name), module.tensor(op.inputs[1])  # x: host shape (may be a prologue)
+    rank = len(module.plan.shapes[x_name])
+    shape = f"{op.out}_shape"
+    constants = "stride, padding, dilation, groups"
+    values = f"{p['stride']}, {p['padding']}, {p['dilation']}, {p['groups']}"
+    if transposed:
+        constants, values = constants + ", output_padding", values + f", {p['output_padding']}"
+    in_sizes = ", ".join(f"in_{a}" for a in axes) + ("," if nd == 1 else "")
+    kernel_sizes = ", ".join(f"kernel_{a}" for a in axes) + ("," if nd == 1 else "")
+    module.host(
+        f"{constants} = {values}",
+        f"n_batch = {dims_product(x, range(rank - nd - 1))}",
+        f"in_channels = {x}[-{nd + 1}]",
+        f"{in_sizes} = {x}[-{nd}:]",
+        f"{kernel_sizes} = {w}.shape[-{nd}:]",
+    )
+    if transposed:
+        module.host(f"out_channels = {w}.shape[1] * groups")
+        module.host(
+            *(
+                f"out_{a} = (in_{a} - 1) * stride - 2 * padding + dilation * (kernel_{a} - 1)"
+                " + output_padding + 1"
+                for a in axes
+            )
+        )
+    else:
+        module.host(f"out_channels = {w}.shape[0]")
+        module.host(
+            *(
+                f"out_{a} = (in_{a} + 2 * padding - dilation * (kernel_{a} - 1) - 1) // stride + 1"
+                for a in axes
+            )
+        )
+    batch_dims = [f"{x}[{d}]" for d in range(rank - nd - 1)]
+    module.host(
+        f"{shape} = {shape_tuple(batch_dims + ['out_channels'] + [f'out_{a}' for a in axes])}"
+    )
+    module.allocate(group.stores, shape)
+
+    doc = (
+        f"{'; '.join(describe(o) for o in group_ops(group))}: implicit GEMM, a BLOCK_M (output "
+        "positions) x BLOCK_N (output channels of one group) tile per program."
+    )
+    k = module.kernel(kernel_label(group), doc)
+    w_ptr = k.pointer(w)
+    for name in ["n_batch", "in_channels", "out_channels"] + [f"in_{a}" for a in axes]:
+        k.scalar(name, name)
+    for name in [f"out_{a}" for a in axes] + [f"kernel_{a}" for a in axes]:
+        k.scalar(name, name)
+    for name in ("STRIDE", "PADDING", "DILATION", "GROUPS"):
+        k.constexpr(name, name.lower())
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        k.constexpr(name, name)
+    out_spatial = " * ".join(f"out_{a}" for a in axes)
+    in_spatial = " * ".join(f"in_{a}" for a in axes)
+    kernel_volume = " * ".join(f"kernel_{a}" for a in axes)
+    k.line(
+        "pid_m = tl.program_id(0)",
+        "pid_n = tl.program_id(1)",
+        "group = tl.program_id(2)",
+        "in_per_group = in_channels // GROUPS",
+        "out_per_group = out_channels // GROUPS",
+        f"out_positions = {out_spatial}",
+        f"in_positions = {in_spatial}",
+        f"kernel_volume = {kernel_volume}",
+        "# Rows: output positions, as (batch, spatial coordinates).",
+        "m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "m_mask = m < n_batch * out_positions",
+        "batch = m // out_positions",
+        "position = m % out_positions",
+    )
+    _unravel(k, "position", [f"o{a}" for a in axes], [f"out_{a}" for a in axes], "position_rest")
+    k.line(
+        "# Columns: output channels of this group.",
+        "co = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "co_mask = co < out_per_group",
+        "channel_base = group * in_per_group  # first input channel of the group",
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+    )
+    relation = (
+        "o = i * stride - padding + k * dilation"
+        if transposed
+        else "i = o * stride - padding + k * dilation"
+    )
+    with k.block(f"for kernel_offset in range(kernel_volume):  # {relation}"):
+        _unravel(
+            k,
+            "kernel_offset",
+            [f"k{a}" for a in axes],
+            [f"kernel_{a}" for a in axes],
+            "offset_rest",
+        )
+        valid = "m_mask"
+        for a in axes:
+            if not transposed:
+                k.line(f"x{a} = o{a} * STRIDE - PADDING + k{a} * DILATION")
+                valid += f" & (x{a} >= 0) & (x{a} < in_{a})"
+            elif p["stride"] == 1:
+                k.line(f"x{a} = o{a} + PADDING - k{a} * DILATION")
+                valid += f" & (x{a} >= 0) & (x{a} < in_{a})"
+            else:
+                k.line(
+                    f"shifted_{a} = o{a} + PADDING - k{a} * DILATION",
+                    f"x{a} = shifted_{a} // STRIDE",
+                )
+                valid += f" & (shifted_{a} >= 0) & (shifted_{a} % STRIDE == 0) & (x{a} < in_{a})"
+        spatial = f"x{axes[0]}"
+        for a in axes[1:]:
+            spatial = (
+                f"({spatial}) * in_{a} + x{a}" if "+" in spatial else f"{spatial} * in_{a} + x{a}"
+            )
+        k.line(
+            f"valid = {valid}",
+            f"x_offsets = (batch * in_channels + channel_base) * in_positions + {spatial}",
+        )
+        with k.block("for c_start in range(0, in_per_group, BLOCK_K):"):
+            k.line(
+                "ci = c_start + tl.arange(0, BLOCK_K)  # input channels within the group",
+                "ci_mask = ci < in_per_group",
+                "a_offsets = x_offsets[:, None] + ci[None, :] * in_positions",
+                "a_mask = valid[:, None] & ci_mask[None, :]",
+            )
+            module.load_input(k, group, x_name, "a_offsets", "a_mask", "0.0", register="a")
+            if transposed:
+                k.line(
+                    "# weight[in_channel, out_channel within the group, kernel offset]",
+                    "w_offsets = ((channel_base + ci[:, None]) * out_per_group + co[None, :]) "
+                    "* kernel_volume + kernel_offset",
+                )
+            else:
+                k.line(
+                    "# weight[out_channel, in_channel within the group, kernel offset]",
+                    "w_offsets = ((group * out_per_group + co[None, :]) * in_per_group + ci[:, None]) "
+                    "* kernel_volume + kernel_offset",
+                )
+            k.line(
+                f"b = tl.load({w_ptr} + w_offsets, mask=ci_mask[:, None] & co_mask[None, :], other=0.0)",
+                f'acc = tl.dot(a, b, acc, input_precision="{DOT_PRECISION}")',
+            )
+    k.line(
+        f"{op.out} = acc",
+        "channel = group * out_per_group + co",
+        "out_offsets = (batch[:, None] * out_channels + channel[None, :]) * out_positions + position[:, None]",
+        "mask = m_mask[:, None] & co_mask[None, :]",
+    )
+    tile = Tile("out_offsets", "mask", shape, len(module.plan.shapes[op.out]))
+    Epilogue(module, k, group, tile).run([op.out])
+    module.host(
+        f"n_rows = n_batch * {out_spatial}",
+        "BLOCK_M = max(16, min(128, triton.next_power_of_2(n_rows)))",
+        "BLOCK_N = max(16, min(64, triton.next_power_of_2(out_channels // groups)))",
+        "BLOCK_K = max(16, min(32, triton.next_power_of_2(in_channels // groups)))",
+        "grid = (triton.cdiv(n_rows, BLOCK_M), triton.cdiv(out_channels // groups, BLOCK_N), groups)",
+    )
+    module.body.extend(k.launch("grid"))

@@ -1,0 +1,150 @@
+"""matmul / bmm: a tiled `tl.dot` kernel with broadcast batch dims and a fused epilogue.
+
+One program computes a BLOCK_M x BLOCK_N output tile of one batch entry, walking K in
+BLOCK_K steps. Program ids are ordered in groups of GROUP_M row-tiles so neighbouring
+programs reuse the same B tiles from L2. Operands in memory are read through their
+strides (so transposed views need no copy); an operand computed by a fused prologue is
+evaluated at its contiguous offsets instead. Inputs are float32: `tf32x3` keeps tensor
+cores busy while matching a float32 reference (plain tf32 would not meet the tolerance).
+"""
+
+from __future__ import annotations
+
+from ..codegen import Epilogue, KernelBuilder, Module, Tile, describe, group_ops, kernel_label
+from ..fusion import Group
+
+DOT_PRECISION = "tf32x3"
+
+# Per operand: (register, row index, column index, rows, columns).
+_OPERANDS = {
+    "a": ("offs_m[:, None]", "offs_k[None, :]", "M", "K"),
+    "b": ("offs_k[:, None]", "offs_n[None, :]", "K", "N"),
+}
+_MASKS = {
+    "a": "(offs_m[:, None] < M) & (offs_k[None, :] < k_remaining)",
+    "b": "(offs_k[:, None] < k_remaining) & (offs_n[None, :] < N)",
+}
+
+
+def _batch_coords(k: KernelBuilder, batch_rank: int) -> list[str]:
+    """Decompose the flat batch index into per-dim coordinates (broadcast dims: stride 0)."""
+    if not batch_rank:
+        return []
+    sizes = k.scalars([f"batch_size{d}" for d in range(1, batch_rank)], "batch_shape[1:]")
+    k.line("# Batch coordinates, for operands read through (broadcast) batch strides.")
+    rest = "batch"
+    for d in range(batch_rank - 1, 0, -1):
+        k.line(f"batch{d} = {rest} % {sizes[d - 1]}")
+        if d > 1:
+            k.line(f"batch_rest = {rest} // {sizes[d - 1]}")
+            rest = "batch_rest"
+        else:
+            k.line(f"batch0 = {rest} // {sizes[0]}")
+    if batch_rank == 1:
+        k.line("batch0 = batch")
+    return [f"batch{d}" for d in range(batch_rank)]
+
+
+def emit(module: Module, group: Group) -> None:
+    op = group.anchor
+    assert op is not None
+    names = dict(zip("ab", op.inputs, strict=True))
+    fused = {side: name in group.prologues for side, name in names.items()}
+    shapes = {side: module.shape(name) for side, name in names.items()}
+    out = op.out
+    batch_rank = len(module.plan.shapes[out]) - 2
+    shape = f"{out}_shape"
+    module.host(f"M, K = {shapes['a']}[-2:]", f"N = {shapes['b']}[-1]")
+    if batch_rank:
+        module.needs_math = True
+        module.host(
+            f"batch_shape = torch.broadcast_shapes({shapes['a']}[:-2], {shapes['b']}[:-2])",
+            f"{shape} = (*batch_shape, M, N)",
+        )
+    else:
+        module.host(f"{shape} = (M, N)")
+    module.allocate(group.stores, shape)
+
+    doc = f"{'; '.join(describe(o) for o in group_ops(group))}: one BLOCK_M x BLOCK_N output tile per program."
+    k = module.kernel(kernel_label(group), doc)
+    for name in ("M", "N", "K"):
+        k.scalar(name, name)
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"):
+        k.constexpr(name, name)
+    k.line(
+        "pid = tl.program_id(0)",
+        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "num_pid_n = tl.cdiv(N, BLOCK_N)",
+        "tiles_per_matrix = num_pid_m * num_pid_n",
+        "batch = pid // tiles_per_matrix",
+        "tile = pid % tiles_per_matrix",
+        "# Grouped ordering: GROUP_M consecutive row-tiles share the B tiles they read.",
+        "group_id = tile // (GROUP_M * num_pid_n)",
+        "first_pid_m = group_id * GROUP_M",
+        "group_rows = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+        "pid_m = first_pid_m + (tile % group_rows)",
+        "pid_n = (tile % (GROUP_M * num_pid_n)) // group_rows",
+    )
+    coords = _batch_coords(k, batch_rank) if not all(fused.values()) else []
+    k.line(
+        "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "offs_k = tl.arange(0, BLOCK_K)",
+    )
+    steps = {}
+    for side, (rows, cols, n_rows, n_cols) in _OPERANDS.items():
+        if fused[side]:  # contiguous, same batch shape as the output: plain offsets
+            k.line(f"{side}_offsets = batch * {n_rows} * {n_cols} + {rows} * {n_cols} + {cols}")
+            steps[side] = f"{side}_offsets += BLOCK_K" + (" * N" if side == "b" else "")
+            continue
+        tensor = module.tensor(names[side])
+        ptr = k.pointer(tensor)
+        row_stride, col_stride = k.scalars(
+            [f"stride_{side}{n_rows.lower()}", f"stride_{side}{n_cols.lower()}"],
+            f"{tensor}.stride()[-2:]",
+        )
+        if batch_rank:
+            view = f"{tensor}.expand(*batch_shape, {n_rows}, {n_cols})"
+            strides = k.scalars(
+                [f"stride_{side}_batch{d}" for d in range(batch_rank)], f"{view}.stride()[:-2]"
+            )
+            offset = " + ".join(f"{c} * {s}" for c, s in zip(coords, strides, strict=True))
+            k.line(f"{side}_base = {ptr} + {offset}")
+            ptr = f"{side}_base"
+        k.line(f"{side}_ptrs = {ptr} + {rows} * {row_stride} + {cols} * {col_stride}")
+        stride_k = col_stride if side == "a" else row_stride
+        steps[side] = f"{side}_ptrs += BLOCK_K * {stride_k}"
+    k.line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)")
+    with k.block("for k in range(0, tl.cdiv(K, BLOCK_K)):"):
+        k.line("k_remaining = K - k * BLOCK_K")
+        for side in "ab":
+            if fused[side]:
+                k.line(f"{side}_mask = {_MASKS[side]}")
+                module.load_input(
+                    k, group, names[side], f"{side}_offsets", f"{side}_mask", "0.0", side
+                )
+            else:
+                k.line(f"{side} = tl.load({side}_ptrs, mask={_MASKS[side]}, other=0.0)")
+        k.line(
+            f'acc = tl.dot(a, b, acc, input_precision="{DOT_PRECISION}")', steps["a"], steps["b"]
+        )
+    k.line(
+        f"{out} = acc",
+        "out_offsets = batch * M * N + offs_m[:, None] * N + offs_n[None, :]",
+        "mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)",
+    )
+    tile_coords = (
+        coords + ["offs_m[:, None]", "offs_n[None, :]"] if (coords or not batch_rank) else None
+    )
+    tile = Tile("out_offsets", "mask", shape, batch_rank + 2, tile_coords)
+    Epilogue(module, k, group, tile).run([out])
+
+    batches = "math.prod(batch_shape) * " if batch_rank else ""
+    module.host(
+        "BLOCK_M = max(16, min(64, triton.next_power_of_2(M)))",
+        "BLOCK_N = max(16, min(64, triton.next_power_of_2(N)))",
+        "BLOCK_K = max(16, min(32, triton.next_power_of_2(K)))",
+        "GROUP_M = 8",
+        f"grid = ({batches}triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)",
+    )
+    module.body.extend(k.launch("grid"))
