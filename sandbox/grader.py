@@ -289,7 +289,8 @@ class Grader:
     ) -> tuple[compare.Comparison, dict[str, Any]]:
         in_specs = self._write(proc, "in", inputs, writable=False)
         out_specs = self._write(proc, "out", expected, writable=True)
-        after_specs = self._write(proc, "after", inputs, writable=True)
+        # Starts as a copy of the inputs: a reply forged without running leaves it so.
+        after_specs = self._write(proc, "after", inputs, writable=False)
         reply = proc.request(
             deadline,
             cmd="run",
