@@ -638,6 +638,48 @@ def write_outputs(report: dict[str, Any], out: Path | None) -> Path | None:
     return json_path
 
 
+def sweep_xla(args: argparse.Namespace, results: dict[str, Any], spawn: Any) -> int:
+    """JAX decode under each XLA_FLAGS variant: which compiler settings pay off on this GPU."""
+    bandwidth = results["calibration"].get("copy_bandwidth")
+    lines = [
+        "| model | XLA_FLAGS | batch | tok/s | % of bound | compile s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name in args.models:
+        spec = {
+            "model": name,
+            "batches": sorted(args.batches),
+            "prompt": args.prompt,
+            "new": args.new,
+            "chunk": args.chunk,
+        }
+        for flags in args.sweep_xla.split("|"):
+            print(f"jax_decode/{name} XLA_FLAGS={flags!r} ...", flush=True)
+            result = _spawn(
+                "jax_decode", spec, quick=args.quick, timeout=args.timeout,
+                xla_flags=f"{args.xla_flags} {flags}".strip(),
+            )  # fmt: skip
+            if "error" in result:
+                lines.append(f"| {name} | `{flags}` | - | error: {result['error'][:200]} | - | - |")
+            for row in result.get("rows", []):
+                bound = (
+                    row["batch"] * args.new
+                    / decode_bound_seconds(MODELS[name], row["batch"], args.prompt, args.new, bandwidth)
+                    if bandwidth
+                    else None
+                )  # fmt: skip
+                share = f"{100 * row['tokens_per_s'] / bound:.1f}" if bound else "-"
+                lines.append(
+                    f"| {name} | `{flags or '(none)'}` | {row['batch']} | "
+                    f"{row['tokens_per_s']:.0f} | {share} | {_fmt(row.get('compile_and_first_run_s'), '.1f')} |"
+                )  # fmt: skip
+            print("\n".join(lines), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -664,6 +706,11 @@ def main(argv: list[str] | None = None) -> int:
         "--skip", default="", help="comma list of parts to skip: torch,train,decode"
     )
     parser.add_argument("--xla-flags", default="", help="extra XLA_FLAGS for the JAX workers")
+    parser.add_argument(
+        "--sweep-xla",
+        default="",
+        help="'|'-separated XLA_FLAGS variants ('' = none): JAX decode only, one row per variant",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="per worker, seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
@@ -699,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": 3 if q else 10,
     }
     record("calibration", "calibrate", calib_spec)
+    if args.sweep_xla:
+        return sweep_xla(args, results, spawn)
     for name in args.models:
         decode_spec = {
             "model": name,

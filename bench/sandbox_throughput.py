@@ -162,22 +162,30 @@ def softmax_case(shape: tuple[int, int]) -> Case:
     )
 
 
-def generate_cases(count: int, small: bool, seed: int = 0) -> list[Case]:
-    """`count` correct single-operator candidates over varied shapes."""
+def generate_cases(count: int, small: bool, seed: int = 0, per_problem: int = 1) -> list[Case]:
+    """`count` correct single-operator candidates over varied shapes.
+
+    With `per_problem` > 1, problems come in groups of that many candidates (an RL step
+    samples a group per prompt), so the sandbox's per-problem baselines are reused.
+    """
     rng = random.Random(seed)
     kinds = [*UNARY, *BINARY, *(f"row_{n}" for n in ROW_REDUCE), "softmax"]
-    rows = (4, 64) if small else (256, 8192)
-    cols = (8, 64) if small else (128, 4096)
+    # Small single-operator problems: at most 4 Mi elements (16 MiB) per tensor on a GPU.
+    rows = (4, 64) if small else (64, 2048)
+    cols = (8, 64) if small else (64, 2048)
     cases = []
+    shape = (0, 0)
     for i in range(count):
-        kind = kinds[i % len(kinds)]
-        shape = (rng.randint(*rows), rng.randint(*cols))
+        kind = kinds[(i // per_problem) % len(kinds)]
+        if i % per_problem == 0:
+            shape = (rng.randint(*rows), rng.randint(*cols))
         if kind.startswith("row_"):
-            cases.append(reduce_case(kind[4:], shape))
+            case = reduce_case(kind[4:], shape)
         elif kind == "softmax":
-            cases.append(softmax_case(shape))
+            case = softmax_case(shape)
         else:
-            cases.append(elementwise_case(kind, shape, rng.choice((256, 512, 1024))))
+            case = elementwise_case(kind, shape, rng.choice((256, 512, 1024)))
+        cases.append(Case(f"{case.name}_{i}", case.problem, case.candidate))
     return cases
 
 
@@ -286,7 +294,9 @@ def run_plain(
 class Server:
     """`drtriton sandbox serve` in a subprocess (port from its first stdout line)."""
 
-    def __init__(self, workers: int, device: str, queue_capacity: int, weak: bool) -> None:
+    def __init__(
+        self, workers: int, device: str, queue_capacity: int, weak: bool, log: Path | None = None
+    ) -> None:
         args = [
             sys.executable, "-m", "drtriton_cli", "sandbox", "serve", "--port", "0",
             "--device", device, "--workers", str(workers), "--queue", str(queue_capacity),
@@ -298,10 +308,16 @@ class Server:
         )
         lines: queue.Queue[str] = queue.Queue()
         self.stderr: list[str] = []
+        log_file = open(log, "a") if log else None  # noqa: SIM115 - lives as long as the server
+
+        def keep(line: str) -> None:
+            self.stderr.append(line)
+            if log_file is not None:
+                log_file.write(line)
+                log_file.flush()
+
         threading.Thread(target=self._pump, args=(self.proc.stdout, lines.put), daemon=True).start()
-        threading.Thread(
-            target=self._pump, args=(self.proc.stderr, self.stderr.append), daemon=True
-        ).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, keep), daemon=True).start()
         try:
             first = lines.get(timeout=900)
         except queue.Empty:
@@ -325,14 +341,40 @@ class Server:
             return -9
 
 
+def verify_logged(client: Any, items: list[dict[str, Any]], concurrency: int) -> list[Any]:
+    """`verify_many`, with a plain progress line every tenth of the way (logs, not a TTY)."""
+    from concurrent.futures import as_completed
+
+    results: list[Any] = [None] * len(items)
+    started = time.monotonic()
+    step = max(1, len(items) // 10)
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = {
+            pool.submit(client.verify_many, [item], concurrency=1): i
+            for i, item in enumerate(items)
+        }
+        for done, future in enumerate(as_completed(futures), 1):
+            results[futures[future]] = future.result()[0]
+            if done % step == 0 or done == len(items):
+                elapsed = time.monotonic() - started
+                print(
+                    f"  {done}/{len(items)} verified, {elapsed:.0f} s, {done / elapsed:.2f}/s",
+                    flush=True,
+                )
+    return results
+
+
 @dataclass
 class Row:
     workers: int
+    per_problem: int
+    count: int
     sandbox_s: float = 0.0
     plain_s: float = 0.0
     sandbox_verdicts: Counter[str] = field(default_factory=Counter)
     plain_outcomes: Counter[str] = field(default_factory=Counter)
-    count: int = 0
+    stages: dict[str, list[float]] = field(default_factory=dict)
+    startup_s: float = 0.0
 
     @property
     def sandbox_rate(self) -> float:
@@ -354,6 +396,71 @@ def spread(values: list[float]) -> str:
     )
 
 
+STAGE_ORDER = (
+    "queue", "problem", "start", "load", "first_trial", "trials", "poison_check", "noop_check",
+    "baseline_compile", "timing_wait", "timing",
+)  # fmt: skip
+
+
+def stage_table(rows: list[Row]) -> list[str]:
+    """Median seconds per stage and row: where a verification's wall time goes."""
+    names = [n for n in STAGE_ORDER if any(n in r.stages for r in rows)]
+    names += sorted({n for r in rows for n in r.stages} - set(names))
+    lines = [
+        "| workers x per-problem | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for row in rows:
+        cells = []
+        for name in names:
+            values = row.stages.get(name, [])
+            # Stages a job skipped (a cached baseline) count as 0 s.
+            values = values + [0.0] * (row.count - len(values)) if values else []
+            cells.append(f"{statistics.median(values):.3f} / {max(values):.2f}" if values else "-")
+        lines.append(f"| {row.workers} x {row.per_problem} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(
+    rows: list[Row], device: str, timing: bool, fidelity_lines: list[str], notes: list[str]
+) -> str:
+    md = [
+        "# Sandbox throughput",
+        "",
+        f"Generated single-operator candidates (all correct), device `{device}`, "
+        f"5 trials{', timing vs eager and torch.compile' if timing else ', no timing (CPU)'}. "
+        "`per problem`: candidates per distinct problem (an RL group shares a problem, and the "
+        "sandbox caches its baselines); 1 = every candidate a new problem.",
+        "Plain harness: one process per candidate, reference and candidate in it, "
+        "5 trials" + (", CUDA-event timing of candidate and eager" if timing else "") + ".",
+        "",
+        "| workers | per problem | candidates | server start s | sandbox verif/s "
+        "| plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for row in rows:
+        ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
+        cells = [
+            str(row.workers),
+            str(row.per_problem),
+            str(row.count),
+            f"{row.startup_s:.1f}",
+            f"{row.sandbox_rate:.3f}",
+            f"{row.plain_rate:.3f}" if row.plain_s else "n/a",
+            ratio,
+            ", ".join(f"{k} {v}" for k, v in sorted(row.sandbox_verdicts.items())),
+            ", ".join(f"{k} {v}" for k, v in sorted(row.plain_outcomes.items())) or "n/a",
+        ]
+        md.append("| " + " | ".join(cells) + " |")
+    md += ["", "## Where the time goes (median / max seconds per verification)", ""]
+    md += stage_table(rows)
+    md += ["", "## Timing fidelity", "", *fidelity_lines]
+    if notes:
+        md += ["", "## Not correct (every candidate should be)", ""]
+        md += [f"- {n}" for n in notes[:50]]
+    return "\n".join(md) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_harness"]:
@@ -362,34 +469,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small CPU-sized smoke run")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--workers", default=None, help="comma-separated worker counts")
+    parser.add_argument(
+        "--per-problem", default="1", help="comma-separated candidates per problem (RL group size)"
+    )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")
     parser.add_argument("--allow-weak-isolation", action="store_true")
     parser.add_argument("--skip-plain", action="store_true", help="sandbox only")
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="start no new row after this long"
+    )
     parser.add_argument("--out", type=Path, help="write the markdown report here")
+    parser.add_argument("--server-log", type=Path, help="append the servers' stderr here")
     args = parser.parse_args(argv)
 
     from rich.console import Console
-    from rich.table import Table
 
     from sandbox.client import SandboxClient
     from sandbox.config import resolve_device
 
     console = Console(stderr=True)
+    began = time.monotonic()
     device = resolve_device(args.device)
     worker_counts = [
         int(w) for w in (args.workers or ("1,2" if args.quick else "1,2,4,8,16")).split(",")
     ]
+    groups = [int(g) for g in args.per_problem.split(",")]
     count = args.candidates or (15 if args.quick else 200)  # 15: every template once
     repeats = 3 if args.quick else args.repeats
     small = args.quick or device == "cpu"
-    cases = generate_cases(count, small)
     timing = device == "cuda"
 
     workdir = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
     files: dict[str, tuple[Path, Path]] = {}
-    for i, case in enumerate([*cases, same_speed_case(small)]):
-        problem, candidate = workdir / f"{i}_problem.py", workdir / f"{i}_candidate.py"
+    case_sets = {g: generate_cases(count, small, per_problem=g) for g in groups}
+    same = same_speed_case(small)
+    for case in [c for cases in case_sets.values() for c in cases] + [same]:
+        if case.name in files:
+            continue
+        index = len(files)
+        problem, candidate = workdir / f"{index}_problem.py", workdir / f"{index}_candidate.py"
         problem.write_text(case.problem)
         candidate.write_text(case.candidate)
         files[case.name] = (problem, candidate)
@@ -399,103 +518,99 @@ def main(argv: list[str] | None = None) -> int:
     fidelity_plain: list[float] = []
     same_speed: list[float] = []
     notes: list[str] = []
+    # Fidelity needs a kernel long enough to time (tens of microseconds on a GPU).
+    probe = case_sets[groups[0]][0] if small else softmax_case((4096, 4096))
+    if probe.name not in files:
+        files[probe.name] = (workdir / "probe_problem.py", workdir / "probe_candidate.py")
+        files[probe.name][0].write_text(probe.problem)
+        files[probe.name][1].write_text(probe.candidate)
+
+    def fidelity_lines() -> list[str]:
+        if repeats == 0:
+            return ["- not measured (--repeats 0)"]
+        return [
+            f"- one kernel (`{probe.name}`) verified {repeats} times, candidate median ms: "
+            + (spread(fidelity) if fidelity else "n/a (no timing on this device)"),
+            f"- the same kernel in the plain harness {repeats} times: "
+            + (spread(fidelity_plain) if fidelity_plain else "n/a"),
+            f"- same-speed check (Triton relu vs torch.relu, {same.name}), speedup vs eager: "
+            + (spread(same_speed) if same_speed else "n/a (no timing on this device)"),
+        ]
+
+    def save() -> None:
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(render(rows, device, timing, fidelity_lines(), notes))
+
     for workers in worker_counts:
-        row = Row(workers, count=len(cases))
-        console.print(f"[bold]{workers} worker(s)[/]: sandbox server ...")
-        try:
-            server = Server(workers, device, max(256, 4 * len(cases)), args.allow_weak_isolation)
-        except RuntimeError as err:
-            console.print(f"drtriton: error: {err}", markup=False)
-            return 2
-        try:
-            with SandboxClient(server.target, timeout_s=3600) as client:
-                items = [
-                    {"problem": c.problem, "candidate": c.candidate, "timing": timing, "trials": 5}
-                    for c in cases
-                ]
-                started = time.monotonic()
-                results = client.verify_many(items, concurrency=2 * workers, progress=True)
-                row.sandbox_s = time.monotonic() - started
-                row.sandbox_verdicts = Counter(r.verdict for r in results)
-                for case, result in zip(cases, results, strict=True):
-                    if not result.correct:
-                        notes.append(f"{workers} workers: {case.name}: {result.verdict}: "
-                                     f"{result.message.splitlines()[0] if result.message else ''}")  # fmt: skip
-                if workers == worker_counts[0]:
-                    # Fidelity on the quietest server: one job at a time.
-                    probe = cases[0]
-                    for _ in range(repeats):
-                        r = client.verify(probe.problem, probe.candidate, timing=timing)
-                        if r.candidate_ms is not None:
-                            fidelity.append(r.candidate_ms)
-                    same = same_speed_case(small)
-                    for _ in range(repeats):
-                        r = client.verify(same.problem, same.candidate, timing=timing)
-                        if r.speedup_vs_eager is not None:
-                            same_speed.append(r.speedup_vs_eager)
-        finally:
-            code = server.stop()
-            if code != 0:
-                notes.append(f"server with {workers} workers exited {code}")
-        if not args.skip_plain:
-            console.print(f"[bold]{workers} worker(s)[/]: plain harness ...")
-            row.plain_s, row.plain_outcomes, _ = run_plain(cases, files, workers, device)
-        rows.append(row)
+        for group in groups:
+            if args.max_seconds and time.monotonic() - began > args.max_seconds:
+                notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
+                continue
+            cases = case_sets[group]
+            row = Row(workers, group, count=len(cases))
+            console.print(f"[bold]{workers} worker(s), {group} per problem[/]: sandbox server ...")
+            started = time.monotonic()
+            try:
+                server = Server(
+                    workers,
+                    device,
+                    max(256, 4 * len(cases)),
+                    args.allow_weak_isolation,
+                    args.server_log,
+                )
+            except RuntimeError as err:
+                console.print(f"drtriton: error: {err}", markup=False)
+                return 2
+            row.startup_s = time.monotonic() - started
+            print(f"server up in {row.startup_s:.1f} s", flush=True)
+            try:
+                with SandboxClient(server.target, timeout_s=3600) as client:
+                    items = [
+                        {"problem": c.problem, "candidate": c.candidate, "timing": timing}
+                        for c in cases
+                    ]
+                    started = time.monotonic()
+                    results = verify_logged(client, items, 2 * workers)
+                    row.sandbox_s = time.monotonic() - started
+                    row.sandbox_verdicts = Counter(r.verdict for r in results)
+                    for case, result in zip(cases, results, strict=True):
+                        for name, seconds in result.stage_seconds.items():
+                            row.stages.setdefault(name, []).append(seconds)
+                        if not result.correct:
+                            first = result.message.splitlines()[0] if result.message else ""
+                            notes.append(
+                                f"{workers} workers: {case.name}: {result.verdict}: {first}"
+                            )
+                    if not rows:
+                        # Fidelity on the first, quietest server: one job at a time.
+                        for _ in range(repeats):
+                            r = client.verify(probe.problem, probe.candidate, timing=timing)
+                            if r.candidate_ms is not None:
+                                fidelity.append(r.candidate_ms)
+                        for _ in range(repeats):
+                            r = client.verify(same.problem, same.candidate, timing=timing)
+                            if r.speedup_vs_eager is not None:
+                                same_speed.append(r.speedup_vs_eager)
+            finally:
+                code = server.stop()
+                if code != 0:
+                    notes.append(f"server with {workers} workers exited {code}")
+            if not args.skip_plain and group == groups[0]:
+                console.print(f"[bold]{workers} worker(s)[/]: plain harness ...")
+                row.plain_s, row.plain_outcomes, _ = run_plain(cases, files, workers, device)
+            rows.append(row)
+            save()
     if timing and not args.skip_plain:
-        probe = cases[0]
         for _ in range(repeats):
             _, _, [r] = run_plain([probe], files, 1, device)
             if "candidate_ms" in r:
                 fidelity_plain.append(r["candidate_ms"])
 
-    # -- report ----------------------------------------------------------------------------
-    table = Table(title=f"sandbox vs plain harness, {len(cases)} candidates, device {device}")
-    for column in ("workers", "sandbox verif/s", "plain verif/s", "sandbox/plain", "sandbox verdicts", "plain outcomes"):  # fmt: skip
-        table.add_column(column)
-    md = [
-        "# Sandbox throughput",
-        "",
-        f"{len(cases)} generated single-operator candidates (all correct), device `{device}`, "
-        f"5 trials{', timing vs eager and torch.compile' if timing else ', no timing (CPU)'}.",
-        "Plain harness: one process per candidate, reference and candidate in it, "
-        "5 trials" + (", CUDA-event timing of candidate and eager" if timing else "") + ".",
-        "",
-        "| workers | sandbox verif/s | plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
-        "|---:|---:|---:|---:|---|---|",
-    ]
-    for row in rows:
-        ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
-        cells = [
-            str(row.workers),
-            f"{row.sandbox_rate:.3f}",
-            f"{row.plain_rate:.3f}" if row.plain_s else "n/a",
-            ratio,
-            ", ".join(f"{k} {v}" for k, v in sorted(row.sandbox_verdicts.items())),
-            ", ".join(f"{k} {v}" for k, v in sorted(row.plain_outcomes.items())) or "n/a",
-        ]
-        table.add_row(*cells)
-        md.append("| " + " | ".join(cells) + " |")
-    fidelity_lines = [
-        f"- one kernel (`{cases[0].name}`) verified {repeats} times, candidate median ms: "
-        + (spread(fidelity) if fidelity else "n/a (no timing on this device)"),
-        f"- the same kernel in the plain harness {repeats} times: "
-        + (spread(fidelity_plain) if fidelity_plain else "n/a"),
-        f"- same-speed check (Triton relu vs torch.relu, {same_speed_case(small).name}), "
-        "speedup vs eager: "
-        + (spread(same_speed) if same_speed else "n/a (no timing on this device)"),
-    ]
-    md += ["", "## Timing fidelity", "", *fidelity_lines]
-    if notes:
-        md += ["", "## Not correct (every candidate should be)", ""]
-        md += [f"- {n}" for n in notes[:50]]
-    Console().print(table)
-    for line in fidelity_lines:
-        Console(soft_wrap=True).print(line, markup=False)
-    for note in notes[:20]:
-        Console(soft_wrap=True).print(f"note: {note}", markup=False, style="yellow")
+    report = render(rows, device, timing, fidelity_lines(), notes)
+    Console(soft_wrap=True).print(report, markup=False)
+    save()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(md) + "\n")
         console.print(f"wrote {args.out}")
     with contextlib.suppress(OSError):
         for path in workdir.iterdir():

@@ -50,10 +50,13 @@ class Harness:
         self._empty = torch.empty
         guard.install()
         if device == "cuda":
+            from triton.runtime import driver
+
             from sandbox.timing import bind_clock
 
             torch.cuda.init()
             self.clock = bind_clock()
+            driver.active.utils  # noqa: B018 - loads (or builds) the driver helpers now
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
 

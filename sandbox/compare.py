@@ -16,37 +16,54 @@ class Comparison:
     message: str = ""
 
 
+# Elements compared at a time: bounds the float64 temporaries for GiB-sized outputs.
+CHUNK_ELEMENTS = 1 << 24
+
+
 def compare_tensor(
     expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float
 ) -> Comparison:
-    """allclose semantics, plus exact agreement on where the reference is NaN or Inf."""
+    """allclose semantics, plus exact agreement on where the reference is NaN or Inf.
+
+    Runs on the reference's device (the GPU when there is one), chunk by chunk.
+    """
     if got.shape != expected.shape:
         return Comparison(False, message=f"shape {list(got.shape)} != {list(expected.shape)}")
     if got.dtype != expected.dtype:
         return Comparison(False, message=f"dtype {got.dtype} != {expected.dtype}")
     if expected.numel() == 0:
         return Comparison(True)
-    exp = expected.detach().to("cpu", torch.float64)
-    out = got.detach().to("cpu", torch.float64)
-    finite = torch.isfinite(exp)
-    nonfinite_ok = bool(torch.equal(torch.isnan(exp), torch.isnan(out))) and bool(
-        torch.equal(exp[torch.isinf(exp)], out[torch.isinf(exp)])
-    )
-    diff = (exp - out).abs()
-    diff = torch.where(finite, diff, torch.zeros_like(diff))
-    bad_finite = finite & ~torch.isfinite(out)
-    tolerance = atol + rtol * exp.abs()
-    mismatched = (
-        diff > torch.where(finite, tolerance, torch.full_like(tolerance, 1e300))
-    ) | bad_finite
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    rel = diff / exp.abs().clamp_min(1e-12)
-    max_rel = float(rel[finite].max()) if bool(finite.any()) else 0.0
-    fraction = float(mismatched.double().mean())
-    passed = fraction == 0.0 and nonfinite_ok
+    device = expected.device
+    flat_expected = expected.detach().reshape(-1)
+    flat_got = got.detach().reshape(-1)
+    nonfinite_ok = True
+    max_abs = max_rel = 0.0
+    mismatched = bad_finite = 0
+    for start in range(0, flat_expected.numel(), CHUNK_ELEMENTS):
+        exp = flat_expected[start : start + CHUNK_ELEMENTS].to(device, torch.float64)
+        out = flat_got[start : start + CHUNK_ELEMENTS].to(device, torch.float64)
+        finite = torch.isfinite(exp)
+        infinite = torch.isinf(exp)
+        nonfinite_ok = (
+            nonfinite_ok
+            and bool(torch.equal(torch.isnan(exp), torch.isnan(out)))
+            and bool(torch.equal(exp[infinite], out[infinite]))
+        )
+        bad = finite & ~torch.isfinite(out)
+        # Errors over the values both sides have finite; the others are counted in `bad`.
+        diff = torch.where(finite & ~bad, (exp - out).abs(), 0.0)
+        tolerance = torch.where(finite, atol + rtol * exp.abs(), 1e300)
+        mismatched += int(((diff > tolerance) | bad).sum())
+        bad_finite += int(bad.sum())
+        max_abs = max(max_abs, float(diff.max()))
+        if bool(finite.any()):
+            rel = diff / exp.abs().clamp_min(1e-12)
+            max_rel = max(max_rel, float(rel[finite].max()))
+    fraction = mismatched / expected.numel()
+    passed = mismatched == 0 and nonfinite_ok
     message = ""
-    if bad_finite.any():
-        message = f"{int(bad_finite.sum())} NaN/Inf values where the reference is finite"
+    if bad_finite:
+        message = f"{bad_finite} NaN/Inf values where the reference is finite"
     elif not nonfinite_ok:
         message = "NaN/Inf pattern differs from the reference"
     elif not passed:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass
+import shutil
+import tempfile
+from dataclasses import dataclass, field
 
 # Comparison tolerances when the request sets none. Functional problems are fp32
 # programs; KernelBench problems use KernelBench's own tolerances.
@@ -36,8 +39,15 @@ class SandboxConfig:
     timing_runs: int = 50
     timing_warmup: int = 5
     speedup_sanity_bound: float = 20.0
-    # Where job directories live: a RAM-backed file system keeps I/O cheap.
-    job_root: str = "/dev/shm/drtriton-jobs" if os.path.isdir("/dev/shm") else "/tmp/drtriton-jobs"
+    job_root: str = field(default_factory=lambda: default_job_root())
+
+
+def default_job_root(min_free_bytes: int = 8 * 2**30) -> str:
+    """Where job directories live: RAM-backed /dev/shm keeps I/O cheap, if it has room."""
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage("/dev/shm").free >= min_free_bytes:
+            return "/dev/shm/drtriton-jobs"
+    return os.path.join(tempfile.gettempdir(), "drtriton-jobs")
 
 
 def resolve_device(device: str) -> str:

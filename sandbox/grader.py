@@ -18,6 +18,7 @@ import secrets
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +108,17 @@ def provenance(device: str) -> dict[str, Any]:
     return info
 
 
+@contextlib.contextmanager
+def _stage(result: VerifyResult, name: str) -> Iterator[None]:
+    """Add the wall time of the block to `result.stage_seconds[name]`."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        spent = time.monotonic() - started
+        result.stage_seconds[name] = result.stage_seconds.get(name, 0.0) + spent
+
+
 class Grader:
     def __init__(self, config: SandboxConfig, device: str) -> None:
         self.config = config
@@ -140,8 +152,9 @@ class Grader:
             self.spare = self._new_process()
 
     def take_process(self) -> CandidateProcess:
+        """This job's process; the next job's starts now, while this one is graded."""
         proc = self.spare or self._new_process()
-        self.spare = None
+        self.spare = self._new_process()
         return proc
 
     def close(self) -> None:
@@ -193,7 +206,8 @@ class Grader:
             if static is not None:
                 raise Rejected(*static)
             try:
-                entry = self._problem(job)
+                with _stage(result, "problem"):
+                    entry = self._problem(job)
             except ProblemError as err:
                 raise Rejected("bad_problem", str(err)) from None
             kernelbench = entry.problem.format == "kernelbench"
@@ -208,7 +222,10 @@ class Grader:
                 else (KERNELBENCH_RTOL if kernelbench else DEFAULT_RTOL)
             )
             try:
-                reason = self._degenerate(entry, atol, rtol)
+                with _stage(result, "problem"):
+                    reason = self._degenerate(entry, atol, rtol)
+            except torch.cuda.OutOfMemoryError:
+                raise  # the GPU is full, which is not the problem's fault
             except Exception as err:  # noqa: BLE001 - the problem failed to run
                 raise Rejected(
                     "bad_problem", f"the reference failed: {type(err).__name__}: {err}"
@@ -224,6 +241,15 @@ class Grader:
         except CandidateDied as death:
             result.verdict = death.verdict
             result.message = death.message
+        except torch.cuda.OutOfMemoryError as err:
+            result.verdict = "sandbox_error"
+            result.message = (
+                "the grader ran out of GPU memory (workers share the GPU: fewer workers "
+                f"fit larger problems): {str(err).splitlines()[0][:300]}"
+            )
+        except Exception as err:  # noqa: BLE001 - our fault: report it, keep the worker
+            result.verdict = "sandbox_error"
+            result.message = f"grader error: {type(err).__name__}: {str(err)[:500]}"
         finally:
             if proc is not None:
                 result.candidate_log = proc.log_tail()[-2000:]
@@ -358,19 +384,21 @@ class Grader:
     ) -> None:
         problem = entry.problem
         start_deadline = max(deadline, time.monotonic() + PROCESS_START_BUDGET_S)
-        proc.wait_ready(start_deadline)
+        with _stage(result, "start"):
+            proc.wait_ready(start_deadline)
         source_path = os.path.join(proc.job_dir, "candidate.py")
         with open(source_path, "w") as handle:
             handle.write(job.candidate)
         hand_over(source_path)
-        reply = proc.request(
-            deadline,
-            cmd="load",
-            path=source_path,
-            format=problem.format,
-            init_inputs=problem.init_inputs,
-            init_seed=42,
-        )
+        with _stage(result, "load"):
+            reply = proc.request(
+                deadline,
+                cmd="load",
+                path=source_path,
+                format=problem.format,
+                init_inputs=problem.init_inputs,
+                init_seed=42,
+            )
         if not reply.get("ok"):
             raise Rejected(
                 reply.get("error_type", "compile_error"), str(reply.get("message", ""))[:4000]
@@ -384,7 +412,11 @@ class Grader:
             inputs = problem.make_inputs(base_seed + index)
             expected = problem.reference(inputs)
             self._check_reference(expected)
-            comparison, reply = self._run(proc, inputs, expected, "normal", deadline, atol, rtol)
+            # The first run includes Triton's JIT compilation of the candidate's kernels.
+            with _stage(result, "first_trial" if index == 0 else "trials"):
+                comparison, reply = self._run(
+                    proc, inputs, expected, "normal", deadline, atol, rtol
+                )
             launches = max(launches, int(reply.get("launches", 0)))
             outcome = TrialOutcome(
                 index=index,
@@ -412,7 +444,8 @@ class Grader:
         # Fallback: PyTorch compute poisoned with NaN; the answer must not change.
         inputs = problem.make_inputs(base_seed + 1000)
         expected = problem.reference(inputs)
-        comparison, _ = self._run(proc, inputs, expected, "poison", deadline, atol, rtol)
+        with _stage(result, "poison_check"):
+            comparison, _ = self._run(proc, inputs, expected, "poison", deadline, atol, rtol)
         if not comparison.passed:
             raise Rejected(
                 "torch_fallback",
@@ -422,7 +455,8 @@ class Grader:
         # Converse: Triton launches turned off; the answer must change.
         inputs = problem.make_inputs(base_seed + 2000)
         expected = problem.reference(inputs)
-        comparison, _ = self._run(proc, inputs, expected, "noop", deadline, atol, rtol)
+        with _stage(result, "noop_check"):
+            comparison, _ = self._run(proc, inputs, expected, "noop", deadline, atol, rtol)
         if comparison.passed:
             raise Rejected(
                 "torch_fallback",
@@ -541,14 +575,20 @@ class Grader:
             entry.baseline_ms.setdefault(name, value)
         if "torch_compile" in job.baselines and "torch_compile" not in entry.baseline_ms:
             # Compiling takes seconds of CPU: do it before taking the GPU timing lock.
-            with contextlib.suppress(Exception), torch.no_grad():
+            with (
+                _stage(result, "baseline_compile"),
+                contextlib.suppress(Exception),
+                torch.no_grad(),
+            ):
                 compiled = torch.compile(entry.problem.reference_fn)
                 compiled(*entry.problem.make_inputs(base_seed + 5000))
                 entry.compiled_fn = compiled
         with open(os.path.join(self.config.job_root, "gpu-timing.lock"), "w") as lock:
             # One kernel at a time on the GPU: concurrent timing would distort both.
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            self._time_locked(job, entry, proc, deadline, atol, rtol, base_seed, result)
+            with _stage(result, "timing_wait"):
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            with _stage(result, "timing"):
+                self._time_locked(job, entry, proc, deadline, atol, rtol, base_seed, result)
 
     def _time_locked(
         self,

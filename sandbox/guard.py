@@ -128,6 +128,13 @@ class PoisonMode(TorchDispatchMode):
         self.armed = False
         self.compute_ops: set[str] = set()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # True would wrap __torch_dispatch__ in a Dynamo guard whose first call imports
+        # torch._dynamo: over a second of CPU per candidate. torch.compile is blocked
+        # while the candidate runs, so there is nothing for the guard to skip.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         result = func(*args, **(kwargs or {}))
         if not is_compute_op(func):

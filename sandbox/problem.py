@@ -65,7 +65,9 @@ class Problem:
         import torch
 
         torch.manual_seed(seed)
-        inputs = self.module.get_inputs()
+        # Drawn on the device itself: CPU random numbers for GiB-sized inputs cost seconds.
+        with torch.device(self.device):
+            inputs = self.module.get_inputs()
         if not isinstance(inputs, list | tuple):
             raise ProblemError("get_inputs() must return a list")
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]

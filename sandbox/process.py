@@ -68,6 +68,33 @@ def _scrubbed_env(job_dir: str, device: str) -> dict[str, str]:
     return env
 
 
+def triton_seed_dir(job_root: str) -> str:
+    """Where the runner keeps Triton's compiled driver helpers, built by trusted code."""
+    return os.path.join(job_root, "triton-seed")
+
+
+def build_triton_seed(job_root: str, device: str) -> None:
+    """Compile Triton's CUDA driver helpers once, so no candidate pays seconds of gcc for them.
+
+    Candidates start from a copy (see CandidateProcess); a failure here only costs speed.
+    """
+    if device != "cuda":
+        return
+    seed = triton_seed_dir(job_root)
+    os.makedirs(seed, exist_ok=True)
+    env = _scrubbed_env(seed, device)
+    env["TRITON_CACHE_DIR"] = seed
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            [sys.executable, "-c", "from triton.runtime import driver; driver.active.utils"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )
+
+
 class CandidateProcess:
     """One jailed candidate process, started ahead of its job."""
 
@@ -76,6 +103,14 @@ class CandidateProcess:
         self.limits = limits
         self.job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
         os.makedirs(self.job_dir, mode=0o700)
+        seed = triton_seed_dir(job_root)
+        if os.path.isdir(seed):
+            # A private copy: what one candidate writes into its cache reaches no other.
+            cache = os.path.join(self.job_dir, ".triton")
+            shutil.copytree(seed, cache)
+            for parent, dirs, files in os.walk(cache):
+                for name in (parent, *(os.path.join(parent, n) for n in dirs + files)):
+                    hand_over(name)
         hand_over(self.job_dir)
         self.cgroup: Cgroup | None = None
         if cgroups_available():

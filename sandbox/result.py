@@ -46,6 +46,7 @@ class VerifyResult:
     provenance: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
     candidate_log: str = ""
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:
@@ -86,6 +87,7 @@ class VerifyResult:
             provenance=pb.Provenance(**self.provenance),
             elapsed_s=self.elapsed_s,
             candidate_log=self.candidate_log,
+            stage_seconds=self.stage_seconds,
         )
 
     @classmethod
@@ -127,4 +129,5 @@ class VerifyResult:
             provenance=provenance,
             elapsed_s=response.elapsed_s,
             candidate_log=response.candidate_log,
+            stage_seconds=dict(response.stage_seconds),
         )

@@ -32,7 +32,7 @@ from sandbox.errors import (
     WeakIsolationError,
 )
 from sandbox.problem import source_key
-from sandbox.process import REPO_ROOT
+from sandbox.process import REPO_ROOT, build_triton_seed
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.static_checks import MAX_SOURCE_BYTES
 
@@ -110,6 +110,13 @@ class _Worker:
             command.append("--probe")
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+        # torch.compile in each grader: one pool of compile subprocesses per worker would
+        # put workers x cores processes on the host; the workers are the parallelism.
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        # Likewise for CPU tensor work: N graders each with a thread per core thrash.
+        threads = str(max(1, (os.cpu_count() or 1) // max(1, config.workers)))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(name, threads)
         self.process = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env)
         child.close()
         self.ready: dict[str, Any] = {}
@@ -175,6 +182,7 @@ class JobRunner:
         self._idle = asyncio.Queue()
         self._idle_event = asyncio.Event()
         self._idle_event.set()
+        await loop.run_in_executor(self._threads, build_triton_seed, self.job_root, self.device)
         workers = [
             _Worker(self.config, self.device, probe=(i == 0)) for i in range(self.config.workers)
         ]
@@ -275,6 +283,7 @@ class JobRunner:
                 self._health_problem = reply["health"]
             self._jobs_done += 1
             result = result_from_dict(reply["result"])
+            result.stage_seconds["queue"] = waited
             if result.eager_ms is not None or result.compile_ms is not None:
                 known = self._baselines.setdefault(problem_key, {})
                 if "eager" in job["baselines"]:

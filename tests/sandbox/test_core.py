@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +16,7 @@ from sandbox.compare import combine, compare_tensor, degenerate_reason
 from sandbox.config import SandboxConfig
 from sandbox.errors import InvalidRequestError
 from sandbox.problem import ProblemError, detect_format
+from sandbox.process import REPO_ROOT
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.runner import job_from_request
 from sandbox.static_checks import static_verdict
@@ -62,6 +66,22 @@ def test_compare_requires_matching_nonfinite_pattern() -> None:
         ref, torch.tensor([1.0, -float("inf"), float("nan")]), 1e-4, 1e-4
     ).passed
     assert not compare_tensor(ref, torch.tensor([1.0, float("inf"), 0.0]), 1e-4, 1e-4).passed
+
+
+def test_compare_in_chunks_matches_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    generator = torch.Generator().manual_seed(0)
+    ref = torch.randn(10, 13, generator=generator)
+    ref[2, 3], ref[7, 1] = float("inf"), float("nan")
+    got = ref + 1e-5 * torch.randn(10, 13, generator=generator)
+    got[5, 5] += 0.5
+    got[9, 0] = float("nan")
+    whole = compare_tensor(ref, got, 1e-4, 1e-4)
+    monkeypatch.setattr("sandbox.compare.CHUNK_ELEMENTS", 7)
+    chunked = compare_tensor(ref, got, 1e-4, 1e-4)
+    assert chunked == whole
+    assert not whole.passed
+    assert whole.mismatch_fraction == pytest.approx(2 / 130)
+    assert whole.message.startswith("1 NaN/Inf values")
 
 
 def test_combine_names_the_failing_output() -> None:
@@ -136,6 +156,7 @@ def test_result_round_trips_through_the_wire_message() -> None:
         trials=[TrialOutcome(index=0, passed=False, max_abs_error=2.0, message="bad")],
         eager_ms=1.5,
         provenance={"device": "cpu", "interpreter": True},
+        stage_seconds={"queue": 0.25, "first_trial": 1.5},
     )
     wire = result.to_proto()
     assert wire.verdict == pb.WRONG_OUTPUT
@@ -145,3 +166,55 @@ def test_result_round_trips_through_the_wire_message() -> None:
     assert back.eager_ms == 1.5
     assert back.candidate_ms is None  # unset optional fields stay None
     assert back.provenance["device"] == "cpu"
+    assert back.stage_seconds == {"queue": 0.25, "first_trial": 1.5}
+
+
+def test_poison_mode_does_not_import_dynamo() -> None:
+    # Entering the guard's dispatch mode must stay cheap: Dynamo's import costs over a
+    # second of CPU in every candidate process.
+    code = (
+        "import sys, torch; from sandbox import guard; guard.install()\n"
+        "with guard.candidate_call('poison'):\n"
+        "    torch.ones(3) + 1\n"
+        "print('torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert done.stdout.strip() == "False"
+
+
+RELU_PROBLEM = """
+import torch
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+def fused_operator(x):
+    return [torch.relu(x)]
+"""
+
+
+@pytest.mark.parametrize(
+    ("error", "fragment"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4 GiB"), "GPU memory"),
+        (KeyError("surprise"), "grader error: KeyError"),
+    ],
+)
+def test_grader_failures_are_sandbox_errors_not_verdicts_on_the_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str
+) -> None:
+    from sandbox.grader import Grader, Job
+
+    def broken(*args: object) -> None:
+        raise error
+
+    grader = Grader(SandboxConfig(device="cpu", job_root=str(tmp_path)), "cpu")
+    monkeypatch.setattr(grader, "_judge", broken)
+    try:
+        result = grader.grade(Job(problem=RELU_PROBLEM, candidate=GOOD, timing=False))
+    finally:
+        grader.close()
+    assert result.verdict == "sandbox_error" and result.infrastructure_failure
+    assert fragment in result.message

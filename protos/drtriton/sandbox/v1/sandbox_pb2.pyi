@@ -149,7 +149,14 @@ class Provenance(_message.Message):
     def __init__(self, device: _Optional[str] = ..., driver: _Optional[str] = ..., torch_version: _Optional[str] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., sandbox_version: _Optional[str] = ..., hostname: _Optional[str] = ..., interpreter: bool = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
-    __slots__ = ("request_id", "verdict", "message", "trials", "timing", "kernel_launches", "problem_degenerate", "provenance", "elapsed_s", "candidate_log")
+    __slots__ = ("request_id", "verdict", "message", "trials", "timing", "kernel_launches", "problem_degenerate", "provenance", "elapsed_s", "candidate_log", "stage_seconds")
+    class StageSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +167,7 @@ class VerifyResponse(_message.Message):
     PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_LOG_FIELD_NUMBER: _ClassVar[int]
+    STAGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     verdict: Verdict
     message: str
@@ -170,7 +178,8 @@ class VerifyResponse(_message.Message):
     provenance: Provenance
     elapsed_s: float
     candidate_log: str
-    def __init__(self, request_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[TrialResult, _Mapping]]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., kernel_launches: _Optional[int] = ..., problem_degenerate: bool = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., candidate_log: _Optional[str] = ...) -> None: ...
+    stage_seconds: _containers.ScalarMap[str, float]
+    def __init__(self, request_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[TrialResult, _Mapping]]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., kernel_launches: _Optional[int] = ..., problem_degenerate: bool = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., candidate_log: _Optional[str] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class GetInfoRequest(_message.Message):
     __slots__ = ()
