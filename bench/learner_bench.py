@@ -638,7 +638,17 @@ def write_outputs(report: dict[str, Any], out: Path | None) -> Path | None:
     return json_path
 
 
-def sweep_xla(args: argparse.Namespace, results: dict[str, Any], spawn: Any) -> int:
+def decode_spec(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    return {
+        "model": name,
+        "batches": sorted(args.batches),
+        "prompt": args.prompt,
+        "new": args.new,
+        "chunk": args.chunk,
+    }
+
+
+def sweep_xla(args: argparse.Namespace, results: dict[str, Any]) -> int:
     """JAX decode under each XLA_FLAGS variant: which compiler settings pay off on this GPU."""
     bandwidth = results["calibration"].get("copy_bandwidth")
     lines = [
@@ -646,13 +656,7 @@ def sweep_xla(args: argparse.Namespace, results: dict[str, Any], spawn: Any) -> 
         "|---|---|---:|---:|---:|---:|",
     ]
     for name in args.models:
-        spec = {
-            "model": name,
-            "batches": sorted(args.batches),
-            "prompt": args.prompt,
-            "new": args.new,
-            "chunk": args.chunk,
-        }
+        spec = decode_spec(args, name)
         for flags in args.sweep_xla.split("|"):
             print(f"jax_decode/{name} XLA_FLAGS={flags!r} ...", flush=True)
             result = _spawn(
@@ -747,19 +751,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     record("calibration", "calibrate", calib_spec)
     if args.sweep_xla:
-        return sweep_xla(args, results, spawn)
+        return sweep_xla(args, results)
     for name in args.models:
-        decode_spec = {
-            "model": name,
-            "batches": sorted(args.batches),
-            "prompt": args.prompt,
-            "new": args.new,
-            "chunk": args.chunk,
-        }
+        spec = decode_spec(args, name)
         if "decode" not in skip:
-            record(f"jax_decode/{name}", "jax_decode", decode_spec)
+            record(f"jax_decode/{name}", "jax_decode", spec)
         if "torch" not in skip:
-            record(f"torch_decode/{name}", "torch_decode", decode_spec)
+            record(f"torch_decode/{name}", "torch_decode", spec)
         if "train" not in skip:
             train_spec = {
                 "model": name,

@@ -397,8 +397,8 @@ def spread(values: list[float]) -> str:
 
 
 STAGE_ORDER = (
-    "queue", "problem", "start", "load", "first_trial", "trials", "poison_check", "noop_check",
-    "baseline_compile", "timing_wait", "timing",
+    "queue", "problem", "gpu_memory_wait", "start", "load", "first_trial", "trials",
+    "poison_check", "noop_check", "baseline_compile", "timing_io", "timing_wait", "timing",
 )  # fmt: skip
 
 

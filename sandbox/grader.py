@@ -33,6 +33,7 @@ from sandbox.config import (
     KERNELBENCH_RTOL,
     SandboxConfig,
 )
+from sandbox.gpu_budget import BudgetTimeout, GpuMemoryBudget, estimate_gib
 from sandbox.isolation import Limits, hand_over
 from sandbox.problem import Problem, ProblemError, load_problem, source_key
 from sandbox.process import CandidateDied, CandidateProcess
@@ -66,6 +67,7 @@ class _ProblemEntry:
     degenerate: str | None = None
     baseline_ms: dict[str, float | None] = field(default_factory=dict)
     compiled_fn: Any = None
+    io_bytes: int | None = None
 
 
 class Rejected(Exception):
@@ -108,6 +110,13 @@ def provenance(device: str) -> dict[str, Any]:
     return info
 
 
+def gpu_budget_gib(workers: int) -> int:
+    """GiB the graders may reserve: 90% of the GPU less every process's CUDA context."""
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    contexts = 3 * workers  # a grader, its candidate and the next one: about 1 GiB each
+    return max(1, int(0.9 * total) - contexts)
+
+
 @contextlib.contextmanager
 def _stage(result: VerifyResult, name: str) -> Iterator[None]:
     """Add the wall time of the block to `result.stage_seconds[name]`."""
@@ -138,10 +147,15 @@ class Grader:
         self.provenance = provenance(device)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        self.gpu_budget: GpuMemoryBudget | None = None
         if device == "cuda":
             from sandbox.timing import bind_clock
 
             self.clock = bind_clock()
+            self.gpu_budget = GpuMemoryBudget(
+                os.path.join(config.job_root, "gpu-memory.budget"),
+                gpu_budget_gib(config.workers),
+            )
 
     # -- candidate processes ------------------------------------------------------
     def _new_process(self) -> CandidateProcess:
@@ -161,6 +175,21 @@ class Grader:
         if self.spare is not None:
             self.spare.close()
             self.spare = None
+
+    def _reserve_gpu(
+        self,
+        entry: _ProblemEntry,
+        deadline: float,
+        result: VerifyResult,
+        held: contextlib.ExitStack,
+    ) -> None:
+        """Hold this job's share of the GPU's memory until `held` closes (`sandbox.gpu_budget`)."""
+        if self.gpu_budget is None:
+            return
+        if entry.io_bytes is None:
+            entry.io_bytes = entry.problem.io_bytes()
+        with _stage(result, "gpu_memory_wait"):
+            held.enter_context(self.gpu_budget.reserve(estimate_gib(entry.io_bytes), deadline))
 
     # -- problems -----------------------------------------------------------------
     def _problem(self, job: Job) -> _ProblemEntry:
@@ -195,6 +224,7 @@ class Grader:
         deadline = started + job.budget_s
         result = VerifyResult(verdict="correct", request_id=job.request_id)
         proc: CandidateProcess | None = None
+        held = contextlib.ExitStack()  # GPU memory, released once the candidate is gone
         try:
             fmt = job.format
             if fmt == "auto":
@@ -221,6 +251,7 @@ class Grader:
                 if job.rtol is not None
                 else (KERNELBENCH_RTOL if kernelbench else DEFAULT_RTOL)
             )
+            self._reserve_gpu(entry, deadline, result, held)
             try:
                 with _stage(result, "problem"):
                     reason = self._degenerate(entry, atol, rtol)
@@ -241,6 +272,9 @@ class Grader:
         except CandidateDied as death:
             result.verdict = death.verdict
             result.message = death.message
+        except BudgetTimeout as err:
+            result.verdict = "sandbox_error"
+            result.message = f"the GPU stayed full: {err}"
         except torch.cuda.OutOfMemoryError as err:
             result.verdict = "sandbox_error"
             result.message = (
@@ -260,6 +294,7 @@ class Grader:
                 result.timing_unavailable_reason = "no GPU: correctness only (Triton interpreter)"
             if self.device == "cuda":
                 torch.cuda.empty_cache()
+            held.close()
         return result
 
     # -- steps --------------------------------------------------------------------
@@ -488,32 +523,25 @@ class Grader:
         deadline: float,
         atol: float,
         rtol: float,
+        result: VerifyResult,
     ) -> float:
-        inputs = problem.make_inputs(seed)
-        expected = problem.reference(inputs)
-        in_specs = self._write(proc, "in", inputs, writable=False)
-        out_specs = self._write(proc, "out", expected, writable=True)
-        staged = proc.request(deadline, cmd="stage", inputs=in_specs)
-        if not staged.get("ok"):
-            raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
+        with _stage(result, "timing_io"):
+            inputs = problem.make_inputs(seed)
+            expected = problem.reference(inputs)
+            out_specs = self._stage_inputs(proc, inputs, expected, deadline)
         runs = self.config.timing_runs
-        started = time.perf_counter()
-        reply = proc.request(
-            deadline, cmd="time", outputs=out_specs, runs=runs, warmup=0, wall=True
-        )
-        host_ms = (time.perf_counter() - started) * 1e3 / (runs + 1)
+        with self._gpu_lock(result):
+            started = time.perf_counter()
+            reply = proc.request(
+                deadline, cmd="time", outputs=out_specs, runs=runs, warmup=0, wall=True
+            )
+            host_ms = (time.perf_counter() - started) * 1e3 / (runs + 1)
         if not reply.get("ok"):
             raise Rejected(
                 reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
             )
-        check = compare.combine(
-            [
-                compare.compare_tensor(e, self._read(s), atol, rtol)
-                for e, s in zip(expected, out_specs, strict=True)
-            ]
-        )
-        if not check.passed:
-            raise Rejected("wrong_output", f"wrong while being timed: {check.message}")
+        with _stage(result, "timing_io"):
+            self._check_timed(expected, out_specs, atol, rtol)
         return host_ms
 
     def _check_log_cap(self, proc: CandidateProcess) -> None:
@@ -571,6 +599,8 @@ class Grader:
         base_seed: int,
         result: VerifyResult,
     ) -> None:
+        from sandbox.timing import summarize
+
         for name, value in job.known_baselines.items():
             entry.baseline_ms.setdefault(name, value)
         if "torch_compile" in job.baselines and "torch_compile" not in entry.baseline_ms:
@@ -583,36 +613,20 @@ class Grader:
                 compiled = torch.compile(entry.problem.reference_fn)
                 compiled(*entry.problem.make_inputs(base_seed + 5000))
                 entry.compiled_fn = compiled
-        with open(os.path.join(self.config.job_root, "gpu-timing.lock"), "w") as lock:
-            # One kernel at a time on the GPU: concurrent timing would distort both.
-            with _stage(result, "timing_wait"):
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            with _stage(result, "timing"):
-                self._time_locked(job, entry, proc, deadline, atol, rtol, base_seed, result)
-
-    def _time_locked(
-        self,
-        job: Job,
-        entry: _ProblemEntry,
-        proc: CandidateProcess,
-        deadline: float,
-        atol: float,
-        rtol: float,
-        base_seed: int,
-        result: VerifyResult,
-    ) -> None:
-        from sandbox.timing import summarize
-
         problem = entry.problem
-        inputs = problem.make_inputs(base_seed + 3000)
-        expected = problem.reference(inputs)
-        in_specs = self._write(proc, "in", inputs, writable=False)
-        out_specs = self._write(proc, "out", expected, writable=True)
+        with _stage(result, "timing_io"):
+            inputs = problem.make_inputs(base_seed + 3000)
+            expected = problem.reference(inputs)
+            out_specs = self._stage_inputs(proc, inputs, expected, deadline)
         runs, warmup = self.config.timing_runs, self.config.timing_warmup
-        staged = proc.request(deadline, cmd="stage", inputs=in_specs)
-        if not staged.get("ok"):
-            raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
-        reply = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=warmup)
+        eager = compiled = None
+        with self._gpu_lock(result):
+            reply = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=warmup)
+            if reply.get("ok"):
+                if "eager" in job.baselines:
+                    eager = self._baseline_ms(entry, "eager", inputs)
+                if "torch_compile" in job.baselines:
+                    compiled = self._baseline_ms(entry, "torch_compile", inputs)
         if not reply.get("ok"):
             raise Rejected(
                 reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
@@ -620,25 +634,13 @@ class Grader:
         times = [float(t) for t in reply.get("times", [])]
         if len(times) != runs or not all(t > 0 for t in times):
             raise Rejected("tampering", "the timing loop returned impossible measurements")
-        check = compare.combine(
-            [
-                compare.compare_tensor(e, self._read(s), atol, rtol)
-                for e, s in zip(expected, out_specs, strict=True)
-            ]
-        )
-        if not check.passed:
-            raise Rejected("wrong_output", f"wrong while being timed: {check.message}")
+        with _stage(result, "timing_io"):
+            self._check_timed(expected, out_specs, atol, rtol)
         median, spread = summarize(times)
-        eager = self._baseline_ms(entry, "eager", inputs) if "eager" in job.baselines else None
-        compiled = (
-            self._baseline_ms(entry, "torch_compile", inputs)
-            if "torch_compile" in job.baselines
-            else None
-        )
         # Cross-check by this process's clock, which the candidate cannot patch: fresh
         # inputs, back-to-back runs, outputs checked after. A rigged event timer shows
         # up as host time far above the reported median; the host time then counts.
-        host_ms = self._host_clock_ms(proc, problem, base_seed + 4000, deadline, atol, rtol)
+        host_ms = self._host_clock_ms(proc, problem, base_seed + 4000, deadline, atol, rtol, result)
         retimed = host_ms > 1.5 * median
         if eager and eager / median > self.config.speedup_sanity_bound:
             retimed = True
@@ -651,3 +653,46 @@ class Grader:
         result.speedup_vs_compile = compiled / median if compiled else None
         result.timing_runs = runs
         result.retimed = retimed
+
+    @contextlib.contextmanager
+    def _gpu_lock(self, result: VerifyResult) -> Iterator[None]:
+        """One kernel at a time on the GPU, host-wide: concurrent timing distorts both.
+
+        Held only around timed loops; staging and comparing happen outside it.
+        """
+        with open(os.path.join(self.config.job_root, "gpu-timing.lock"), "w") as lock:
+            with _stage(result, "timing_wait"):
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            with _stage(result, "timing"):
+                yield
+
+    def _stage_inputs(
+        self,
+        proc: CandidateProcess,
+        inputs: list[Any],
+        expected: list[torch.Tensor],
+        deadline: float,
+    ) -> list[dict[str, Any]]:
+        """Hand the candidate the inputs of a timed run; return its output files."""
+        in_specs = self._write(proc, "in", inputs, writable=False)
+        out_specs = self._write(proc, "out", expected, writable=True)
+        staged = proc.request(deadline, cmd="stage", inputs=in_specs)
+        if not staged.get("ok"):
+            raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
+        return out_specs
+
+    def _check_timed(
+        self,
+        expected: list[torch.Tensor],
+        out_specs: list[dict[str, Any]],
+        atol: float,
+        rtol: float,
+    ) -> None:
+        check = compare.combine(
+            [
+                compare.compare_tensor(e, self._read(s), atol, rtol)
+                for e, s in zip(expected, out_specs, strict=True)
+            ]
+        )
+        if not check.passed:
+            raise Rejected("wrong_output", f"wrong while being timed: {check.message}")

@@ -10,6 +10,7 @@ weights.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -71,6 +72,26 @@ class Problem:
         if not isinstance(inputs, list | tuple):
             raise ProblemError("get_inputs() must return a list")
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def io_bytes(self) -> int:
+        """Bytes of one set of inputs and outputs, from shapes alone (meta tensors: no
+        memory, no work). Outputs count where the reference runs on meta tensors."""
+        import torch
+
+        def size(values: Any) -> int:
+            values = [values] if isinstance(values, torch.Tensor) else values
+            return sum(x.numel() * x.element_size() for x in values if isinstance(x, torch.Tensor))
+
+        try:
+            with torch.device("meta"):
+                inputs = self.module.get_inputs()
+        except Exception:  # noqa: BLE001 - unknown: the caller assumes the minimum
+            return 0
+        total = size(inputs)
+        if self.format == "functional":
+            with contextlib.suppress(Exception), torch.no_grad():
+                total += size(self.reference_fn(*inputs))
+        return total
 
     def reference(self, inputs: list[Any]) -> list[Any]:
         import torch

@@ -15,7 +15,7 @@ from sandbox.api import build_request
 from sandbox.compare import combine, compare_tensor, degenerate_reason
 from sandbox.config import SandboxConfig
 from sandbox.errors import InvalidRequestError
-from sandbox.problem import ProblemError, detect_format
+from sandbox.problem import ProblemError, detect_format, load_problem
 from sandbox.process import REPO_ROOT
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.runner import job_from_request
@@ -218,3 +218,12 @@ def test_grader_failures_are_sandbox_errors_not_verdicts_on_the_kernel(
         grader.close()
     assert result.verdict == "sandbox_error" and result.infrastructure_failure
     assert fragment in result.message
+
+
+def test_io_bytes_come_from_shapes_alone(tmp_path: Path) -> None:
+    source = RELU_PROBLEM.replace("torch.randn(8, 8)", "torch.randn(1024, 1), torch.randn(1, 512)")
+    source = source.replace("def fused_operator(x):", "def fused_operator(x, y):")
+    source = source.replace("torch.relu(x)", "torch.relu(x + y)")
+    problem = load_problem(source, "functional", "cpu", str(tmp_path))
+    # The broadcast output (1024 x 512) dominates its small inputs.
+    assert problem.io_bytes() == (1024 + 512 + 1024 * 512) * 4
