@@ -2,7 +2,8 @@
 
 CPU: the program generator's cost per program (`bench.synth_bench`).
 GPU host: `bench.sandbox_throughput` (verifications per second, timing fidelity, against
-a plain harness) and `bench.learner_bench` (decode and SFT step of the policy model).
+a plain harness), `bench.teacher_bench` (the teacher's pass rate and speedups by operator
+family) and `bench.learner_bench` (decode and SFT step of the policy model).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 
 GPU_COMMANDS = (
     "python -m bench.sandbox_throughput --device cuda --out runs/sandbox_throughput.md",
+    "python -m bench.teacher_bench --max-seconds 420 --out runs/teacher_bench.md",
     "python -m bench.learner_bench --models 0.5b --out runs/learner_0p5b.json",
     "python -m bench.learner_bench --models 1.5b --out runs/learner_1p5b.json",
 )
@@ -29,9 +31,10 @@ def main() -> int:
     if not has_gpu:
         print("\nNo GPU here. On a GPU host run:", *GPU_COMMANDS, sep="\n  ")
         return int(status)
-    from bench import learner_bench, sandbox_throughput
+    from bench import learner_bench, sandbox_throughput, teacher_bench
 
     status |= sandbox_throughput.main(["--device", "cuda"]) or 0
+    status |= teacher_bench.main(["--max-seconds", "420"]) or 0
     status |= learner_bench.main(["--models", "0.5b"]) or 0
     return int(status)
 
