@@ -383,7 +383,8 @@ def test_the_deadline_reaches_the_runner(scripted: InProcessServer) -> None:
     assert answer.request_id == "id-7" and answer.verdict == pb.CORRECT
     scripted.stub.Verify(fake("ok"))
     with_deadline, without = scripted.runner.timeouts
-    assert with_deadline is not None and 15 < with_deadline <= 20
+    # The server reads the remaining time off its own clock: allow it a little skew.
+    assert with_deadline is not None and 15 < with_deadline <= 20.5
     assert without is None
 
 
