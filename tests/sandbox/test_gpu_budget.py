@@ -21,7 +21,7 @@ def _hold(path: str, capacity: int, gib: int, seconds: float, ready: object) -> 
 
 
 def _holder(path: Path, capacity: int, gib: int, seconds: float) -> multiprocessing.Process:
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")  # the test process may run threads (JAX)
     ready = context.Event()
     proc = context.Process(target=_hold, args=(str(path), capacity, gib, seconds, ready))
     proc.start()
