@@ -18,6 +18,14 @@ DEFAULT_TRIALS = 5
 MAX_TRIALS = 50
 
 
+def default_job_root(min_free_bytes: int = 8 * 2**30) -> str:
+    """Where job directories live: RAM-backed /dev/shm keeps I/O cheap, if it has room."""
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage("/dev/shm").free >= min_free_bytes:
+            return "/dev/shm/drtriton-jobs"
+    return os.path.join(tempfile.gettempdir(), "drtriton-jobs")
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """How a sandbox runs jobs.
@@ -39,15 +47,7 @@ class SandboxConfig:
     timing_runs: int = 50
     timing_warmup: int = 5
     speedup_sanity_bound: float = 20.0
-    job_root: str = field(default_factory=lambda: default_job_root())
-
-
-def default_job_root(min_free_bytes: int = 8 * 2**30) -> str:
-    """Where job directories live: RAM-backed /dev/shm keeps I/O cheap, if it has room."""
-    with contextlib.suppress(OSError):
-        if shutil.disk_usage("/dev/shm").free >= min_free_bytes:
-            return "/dev/shm/drtriton-jobs"
-    return os.path.join(tempfile.gettempdir(), "drtriton-jobs")
+    job_root: str = field(default_factory=default_job_root)
 
 
 def resolve_device(device: str) -> str:
