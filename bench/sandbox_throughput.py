@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--workers", default=None, help="comma-separated worker counts")
     parser.add_argument(
-        "--per-problem", default="1", help="comma-separated candidates per problem (RL group size)"
+        "--per-problem", default="8,1", help="comma-separated candidates per problem (RL group size)"
     )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")

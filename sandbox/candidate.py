@@ -1,8 +1,8 @@
-"""Entry point of a candidate process: one untrusted candidate, then exit.
+"""The candidate process: one untrusted candidate, then exit.
 
-Started by the grader (see `sandbox.isolation`), it jails itself, imports torch and
-Triton, installs the instruments of `sandbox.guard`, says "ready", then obeys the
-grader's commands on a private pipe: load the candidate, run it on inputs read
+Forked by the grader's zygote (`sandbox.zygote`, which has imported torch and Triton
+already) into fresh namespaces, it jails itself, installs the instruments of
+`sandbox.guard`, says "ready", then obeys the grader's commands on a private pipe: load the candidate, run it on inputs read
 from files the grader owns, write the outputs back into the grader's files, time
 it. Replies are JSON (the grader never unpickles anything from this process).
 Nothing here decides a verdict: the grader compares and judges.
@@ -10,7 +10,6 @@ Nothing here decides a verdict: the grader compares and judges.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import importlib.util
 import json
@@ -43,6 +42,7 @@ class Harness:
         self.job_dir = job_dir
         self.entry: Any = None
         self.staged: list[Any] = []
+        self.timed: dict[str, Any] = {}
         self.clock = None
         # Bound before the candidate is imported: its patches cannot reach these.
         self._from_file = torch.from_file
@@ -253,17 +253,30 @@ class Harness:
         except BaseException as error:  # noqa: BLE001
             self.fail(error)
             return
-        result = box[0] if box else []
-        if isinstance(result, self.torch.Tensor):
-            result = [result]
-        for value, spec in zip(result, msg["outputs"], strict=False):
-            if (
-                type(value) is self.torch.Tensor
-                and list(value.shape) == spec["shape"]
-                and value.numel()
-            ):
-                self._copy(self._tensor(spec, shared=True), value.detach().to("cpu"))
+        # Kept for `fetch`, which copies them out after the grader's clock has stopped.
+        self.timed[msg.get("slot", "events")] = box[0] if box else []
         self.reply(ok=True, times=times)
+
+    def fetch(self, msg: dict[str, Any]) -> None:
+        """Write the outputs of the last call of each timed loop into the grader's files."""
+        for slot, specs in msg["outputs"].items():
+            result = self.timed.get(slot, [])
+            if isinstance(result, self.torch.Tensor):
+                result = [result]
+            if not isinstance(result, list | tuple):
+                continue
+            for value, spec in zip(result, specs, strict=False):
+                if (
+                    type(value) is self.torch.Tensor
+                    and list(value.shape) == spec["shape"]
+                    and value.numel()
+                ):
+                    self._copy(self._tensor(spec, shared=True), value.detach().to("cpu"))
+        self.reply(ok=True)
+
+    def ping(self, msg: dict[str, Any]) -> None:
+        """An empty round trip: the grader subtracts its cost from the host-clock timing."""
+        self.reply(ok=True)
 
     def stage(self, msg: dict[str, Any]) -> None:
         """Put timing inputs on the device ahead of `time`, outside the grader's clock."""
@@ -278,6 +291,8 @@ class Harness:
             "run": self.run,
             "stage": self.stage,
             "time": self.time,
+            "fetch": self.fetch,
+            "ping": self.ping,
         }
         while True:
             try:
@@ -289,22 +304,13 @@ class Harness:
             handlers[msg["cmd"]](msg)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--job-dir", required=True)
-    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
-    parser.add_argument("--processes", type=int, default=512)
-    args = parser.parse_args()
-    missing = isolation.enter_jail(args.job_dir, args.processes)
-    os.chdir(args.job_dir)
-    conn = Connection(args.fd)
-    harness = Harness(conn, args.device, args.job_dir)
+def serve(fd: int, job_dir: str, device: str, processes: int) -> None:
+    """Jail this process, say ready, obey the grader on pipe `fd`, then exit."""
+    missing = isolation.enter_jail(job_dir, processes)
+    os.chdir(job_dir)
+    conn = Connection(fd)
+    harness = Harness(conn, device, job_dir)
     harness.reply(ok=True, ready=True, jail_missing=missing)
     harness.serve()
     sys.stdout.flush()
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

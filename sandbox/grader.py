@@ -36,9 +36,10 @@ from sandbox.config import (
 from sandbox.gpu_budget import BudgetTimeout, GpuMemoryBudget, estimate_gib
 from sandbox.isolation import Limits, hand_over
 from sandbox.problem import Problem, ProblemError, load_problem, source_key
-from sandbox.process import CandidateDied, CandidateProcess
+from sandbox.process import CandidateDied, CandidateProcess, candidate_env
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.static_checks import static_verdict
+from sandbox.zygote import Zygote, ZygoteError
 
 SANDBOX_VERSION = "0.1.0"
 PROCESS_START_BUDGET_S = 120.0
@@ -59,6 +60,8 @@ class Job:
     seed: int | None = None
     # Baseline times other graders already measured for this problem (ms).
     known_baselines: dict[str, float | None] = field(default_factory=dict)
+    # Another job of this problem measures its baselines; the runner adds them.
+    defer_baselines: bool = False
 
 
 @dataclass
@@ -66,7 +69,6 @@ class _ProblemEntry:
     problem: Problem
     degenerate: str | None = None
     baseline_ms: dict[str, float | None] = field(default_factory=dict)
-    compiled_fn: Any = None
     io_bytes: int | None = None
 
 
@@ -143,6 +145,7 @@ class Grader:
         os.makedirs(self.workdir, exist_ok=True)
         self.problems: OrderedDict[str, _ProblemEntry] = OrderedDict()
         self.spare: CandidateProcess | None = None
+        self.zygote: Zygote | None = None
         self.clock = None
         self.provenance = provenance(device)
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -158,8 +161,29 @@ class Grader:
             )
 
     # -- candidate processes ------------------------------------------------------
+    def _zygote_alive(self) -> Zygote:
+        """This grader's fork server, started again if it died."""
+        if self.zygote is None or not self.zygote.alive:
+            if self.zygote is not None:
+                self.zygote.close()
+            home = os.path.join(self.workdir, "zygote")
+            os.makedirs(home, exist_ok=True)
+            self.zygote = Zygote(self.device, candidate_env(home, self.device))
+        return self.zygote
+
     def _new_process(self) -> CandidateProcess:
-        return CandidateProcess(self.config.job_root, self.device, self.limits)
+        try:
+            return CandidateProcess(
+                self._zygote_alive(), self.config.job_root, self.device, self.limits
+            )
+        except ZygoteError:
+            # One more try with a fresh zygote; a second failure is the host's problem.
+            if self.zygote is not None:
+                self.zygote.close()
+                self.zygote = None
+            return CandidateProcess(
+                self._zygote_alive(), self.config.job_root, self.device, self.limits
+            )
 
     def prestart(self) -> None:
         if self.spare is None:
@@ -175,6 +199,9 @@ class Grader:
         if self.spare is not None:
             self.spare.close()
             self.spare = None
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
 
     def _reserve_gpu(
         self,
@@ -234,6 +261,10 @@ class Grader:
             job.format = fmt
             static = static_verdict(job.candidate, fmt)
             if static is not None:
+                if self._owns_baselines(job):
+                    # The rest of the group waits for this job's baselines.
+                    with contextlib.suppress(Exception):
+                        self._baselines(job, self._problem(job), result)
                 raise Rejected(*static)
             try:
                 with _stage(result, "problem"):
@@ -262,6 +293,8 @@ class Grader:
                     "bad_problem", f"the reference failed: {type(err).__name__}: {err}"
                 ) from None
             result.problem_degenerate = bool(reason)
+            if self._owns_baselines(job):
+                self._baselines(job, entry, result)
             proc = self.take_process()
             self._judge(job, entry, proc, atol, rtol, deadline, result)
             if reason and result.verdict == "correct":
@@ -288,6 +321,11 @@ class Grader:
             if proc is not None:
                 result.candidate_log = proc.log_tail()[-2000:]
                 proc.close()
+            if result.verdict != "correct":
+                result.candidate_ms = None
+            result.apply_baselines(
+                result.eager_ms, result.compile_ms, self.config.speedup_sanity_bound
+            )
             result.provenance = self.provenance
             result.elapsed_s = time.monotonic() - started
             if self.clock is None and job.timing:
@@ -515,35 +553,6 @@ class Grader:
             for i, e in enumerate(expected)
         ]
 
-    def _host_clock_ms(
-        self,
-        proc: CandidateProcess,
-        problem: Problem,
-        seed: int,
-        deadline: float,
-        atol: float,
-        rtol: float,
-        result: VerifyResult,
-    ) -> float:
-        with _stage(result, "timing_io"):
-            inputs = problem.make_inputs(seed)
-            expected = problem.reference(inputs)
-            out_specs = self._stage_inputs(proc, inputs, expected, deadline)
-        runs = self.config.timing_runs
-        with self._gpu_lock(result):
-            started = time.perf_counter()
-            reply = proc.request(
-                deadline, cmd="time", outputs=out_specs, runs=runs, warmup=0, wall=True
-            )
-            host_ms = (time.perf_counter() - started) * 1e3 / (runs + 1)
-        if not reply.get("ok"):
-            raise Rejected(
-                reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
-            )
-        with _stage(result, "timing_io"):
-            self._check_timed(expected, out_specs, atol, rtol)
-        return host_ms
-
     def _check_log_cap(self, proc: CandidateProcess) -> None:
         """Output past the cap is a broken candidate, even if it swallowed the write errors."""
         with contextlib.suppress(OSError):
@@ -563,30 +572,53 @@ class Grader:
                 raise Rejected("bad_problem", f"reference output {i} contains NaN or Inf")
 
     # -- timing -------------------------------------------------------------------
-    def _baseline_ms(self, entry: _ProblemEntry, name: str, inputs: list[Any]) -> float | None:
-        from sandbox.timing import summarize, time_cuda
+    def _owns_baselines(self, job: Job) -> bool:
+        """Whether this job measures the problem's baselines (the runner defers the rest)."""
+        return job.timing and self.clock is not None and not job.defer_baselines
 
-        if name in entry.baseline_ms:
-            return entry.baseline_ms[name]
-        fn = entry.problem.reference_fn
-        value: float | None = None
-        try:
-            if name == "torch_compile":
-                fn = entry.compiled_fn
-                if fn is None:
-                    raise RuntimeError("torch.compile failed")
-            with torch.no_grad():
-                times = time_cuda(
-                    lambda: fn(*inputs),
-                    self.clock,
-                    self.config.timing_runs,
-                    self.config.timing_warmup,
-                )
-            value = summarize(times)[0]
-        except Exception:  # noqa: BLE001 - a baseline that cannot run is reported as missing
-            value = None
-        entry.baseline_ms[name] = value
-        return value
+    def _baselines(self, job: Job, entry: _ProblemEntry, result: VerifyResult) -> None:
+        """Eager and torch.compile times for this problem: known, cached, or measured now."""
+        for name, value in job.known_baselines.items():
+            entry.baseline_ms.setdefault(name, value)
+        wanted = [n for n in job.baselines if n not in entry.baseline_ms]
+        if wanted:
+            self._measure_baselines(entry, wanted, result)
+        result.eager_ms = entry.baseline_ms.get("eager") if "eager" in job.baselines else None
+        result.compile_ms = (
+            entry.baseline_ms.get("torch_compile") if "torch_compile" in job.baselines else None
+        )
+
+    def _measure_baselines(
+        self, entry: _ProblemEntry, names: list[str], result: VerifyResult
+    ) -> None:
+        from sandbox.timing import reported_ms, summarize, time_cuda, time_wall
+
+        problem = entry.problem
+        seed = secrets.randbits(48)
+        functions: dict[str, Any] = {"eager": problem.reference_fn}
+        if "torch_compile" in names:
+            # Compiling takes seconds of CPU: done before taking the GPU timing lock.
+            with _stage(result, "baseline_compile"), torch.no_grad():
+                try:
+                    compiled = torch.compile(problem.reference_fn)
+                    compiled(*problem.make_inputs(seed + 5000))
+                    functions["torch_compile"] = compiled
+                except Exception:  # noqa: BLE001 - reported as a missing baseline
+                    functions["torch_compile"] = None
+        inputs = problem.make_inputs(seed + 3000)
+        runs, warmup = self.config.timing_runs, self.config.timing_warmup
+        with self._gpu_lock(result), torch.no_grad():
+            for name in names:
+                fn = functions.get(name)
+                value: float | None = None
+                if fn is not None:
+                    try:
+                        times = time_cuda(lambda f=fn: f(*inputs), self.clock, runs, warmup)
+                        host = time_wall(lambda f=fn: f(*inputs), self.clock, runs)
+                        value = reported_ms(summarize(times)[0], host)[0]
+                    except Exception:  # noqa: BLE001 - a baseline that cannot run is missing
+                        value = None
+                entry.baseline_ms[name] = value
 
     def _time(
         self,
@@ -599,60 +631,55 @@ class Grader:
         base_seed: int,
         result: VerifyResult,
     ) -> None:
-        from sandbox.timing import summarize
+        """Time the candidate: CUDA events per run, cross-checked by this process's clock.
 
-        for name, value in job.known_baselines.items():
-            entry.baseline_ms.setdefault(name, value)
-        if "torch_compile" in job.baselines and "torch_compile" not in entry.baseline_ms:
-            # Compiling takes seconds of CPU: do it before taking the GPU timing lock.
-            with (
-                _stage(result, "baseline_compile"),
-                contextlib.suppress(Exception),
-                torch.no_grad(),
-            ):
-                compiled = torch.compile(entry.problem.reference_fn)
-                compiled(*entry.problem.make_inputs(base_seed + 5000))
-                entry.compiled_fn = compiled
+        The candidate cannot patch this process's clock: a rigged event timer shows up
+        as host time above the reported median, and then the host time counts. The
+        outputs of both timed loops are checked afterwards.
+        """
+        from sandbox.timing import reported_ms, summarize
+
         problem = entry.problem
         with _stage(result, "timing_io"):
             inputs = problem.make_inputs(base_seed + 3000)
             expected = problem.reference(inputs)
-            out_specs = self._stage_inputs(proc, inputs, expected, deadline)
+            self._stage_inputs(proc, inputs, deadline)
         runs, warmup = self.config.timing_runs, self.config.timing_warmup
-        eager = compiled = None
         with self._gpu_lock(result):
-            reply = proc.request(deadline, cmd="time", outputs=out_specs, runs=runs, warmup=warmup)
-            if reply.get("ok"):
-                if "eager" in job.baselines:
-                    eager = self._baseline_ms(entry, "eager", inputs)
-                if "torch_compile" in job.baselines:
-                    compiled = self._baseline_ms(entry, "torch_compile", inputs)
-        if not reply.get("ok"):
-            raise Rejected(
-                reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
-            )
-        times = [float(t) for t in reply.get("times", [])]
+            events = proc.request(deadline, cmd="time", slot="events", runs=runs, warmup=warmup)
+            if events.get("ok"):
+                started = time.perf_counter()
+                proc.request(deadline, cmd="ping")
+                round_trip = time.perf_counter() - started
+                started = time.perf_counter()
+                wall = proc.request(
+                    deadline, cmd="time", slot="wall", runs=runs, warmup=0, wall=True
+                )
+                wall_s = time.perf_counter() - started - round_trip
+        for reply in (events,) if not events.get("ok") else (events, wall):
+            if not reply.get("ok"):
+                raise Rejected(
+                    reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
+                )
+        times = [float(t) for t in events.get("times", [])]
         if len(times) != runs or not all(t > 0 for t in times):
             raise Rejected("tampering", "the timing loop returned impossible measurements")
         with _stage(result, "timing_io"):
-            self._check_timed(expected, out_specs, atol, rtol)
+            slots = {
+                slot: self._write(proc, f"timed_{slot}_", expected, writable=True)
+                for slot in ("events", "wall")
+            }
+            fetched = proc.request(deadline, cmd="fetch", outputs=slots)
+            if not fetched.get("ok"):
+                raise Rejected("runtime_error", str(fetched.get("message", ""))[:4000])
+            for specs in slots.values():
+                self._check_timed(expected, specs, atol, rtol)
         median, spread = summarize(times)
-        # Cross-check by this process's clock, which the candidate cannot patch: fresh
-        # inputs, back-to-back runs, outputs checked after. A rigged event timer shows
-        # up as host time far above the reported median; the host time then counts.
-        host_ms = self._host_clock_ms(proc, problem, base_seed + 4000, deadline, atol, rtol, result)
-        retimed = host_ms > 1.5 * median
-        if eager and eager / median > self.config.speedup_sanity_bound:
-            retimed = True
-        median = max(median, host_ms) if retimed else median
-        result.candidate_ms = median
+        # The warm-up call plus `runs` back-to-back calls, less one empty round trip.
+        host_ms = max(0.0, wall_s) * 1e3 / (runs + 1)
+        result.candidate_ms, result.retimed = reported_ms(median, host_ms)
         result.candidate_spread = spread
-        result.eager_ms = eager
-        result.compile_ms = compiled
-        result.speedup_vs_eager = eager / median if eager else None
-        result.speedup_vs_compile = compiled / median if compiled else None
         result.timing_runs = runs
-        result.retimed = retimed
 
     @contextlib.contextmanager
     def _gpu_lock(self, result: VerifyResult) -> Iterator[None]:
@@ -666,20 +693,12 @@ class Grader:
             with _stage(result, "timing"):
                 yield
 
-    def _stage_inputs(
-        self,
-        proc: CandidateProcess,
-        inputs: list[Any],
-        expected: list[torch.Tensor],
-        deadline: float,
-    ) -> list[dict[str, Any]]:
-        """Hand the candidate the inputs of a timed run; return its output files."""
+    def _stage_inputs(self, proc: CandidateProcess, inputs: list[Any], deadline: float) -> None:
+        """Hand the candidate the inputs of the timed runs, outside the timing lock."""
         in_specs = self._write(proc, "in", inputs, writable=False)
-        out_specs = self._write(proc, "out", expected, writable=True)
         staged = proc.request(deadline, cmd="stage", inputs=in_specs)
         if not staged.get("ok"):
             raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
-        return out_specs
 
     def _check_timed(
         self,

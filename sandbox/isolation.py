@@ -1,13 +1,12 @@
 """Process isolation for untrusted candidates: namespaces, read-only host, limits.
 
-A candidate process is started as
-`unshare --pid --fork --kill-child --net --mount --mount-proc python -m sandbox.candidate`
-in its own session, so that killing its process group kills the namespace's init
-and with it every process the candidate started, detached or not. Inside, before
+A candidate process is forked by a zygote (`sandbox.zygote`) into its own session,
+a memory/pids cgroup where the host offers one, resource limits (CPU time, file
+size, open files, address space on CPU), and fresh pid, network and mount
+namespaces (`enter_namespaces`; the candidate is the init of its pid namespace,
+so killing it kills every process it started, detached or not). Inside, before
 anything else, `enter_jail` makes the whole file system read-only except the job
-directory, drops to an unprivileged user, and caps processes. The parent applies
-resource limits (CPU time, file size, open files, address space on CPU) and joins
-a memory/pids cgroup where the host offers one.
+directory, drops to an unprivileged user, and caps processes.
 
 Hosts without root or without these kernel features run candidates with fewer
 walls; `probe` names what is missing, and the server refuses to start unless the
@@ -20,7 +19,6 @@ import contextlib
 import ctypes
 import os
 import resource
-import shutil
 import stat
 import sys
 from dataclasses import dataclass
@@ -63,26 +61,42 @@ class Feature:
     detail: str
 
 
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_REC = 0x4000
+_MS_PRIVATE = 0x40000
+
+
 def namespaces_available() -> bool:
-    return os.geteuid() == 0 and shutil.which("unshare") is not None
+    return os.geteuid() == 0
 
 
-def jail_command(python_args: list[str]) -> list[str]:
-    """The command that starts a candidate in fresh pid, network and mount namespaces."""
-    if not namespaces_available():
-        return python_args
-    return [
-        shutil.which("unshare") or "unshare",
-        "--pid",
-        "--fork",
-        "--kill-child",
-        "--net",
-        "--mount",
-        "--mount-proc",
-        "--propagation",
-        "private",
-        *python_args,
-    ]
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def enter_namespaces() -> None:
+    """New mount and network namespaces now, a new pid namespace for the next child.
+
+    Mounts become private (nothing propagates back to the host), as with
+    `unshare --propagation private`.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
+    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "private mounts")
+
+
+def mount_proc() -> None:
+    """In the first process of a new pid namespace: a /proc that shows only it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _check(
+        libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None),
+        "mount /proc",
+    )
 
 
 def apply_limits(limits: Limits) -> None:
@@ -318,10 +332,5 @@ def host_features() -> list[Feature]:
     root = os.geteuid() == 0
     return [
         Feature("root", root, "needed for namespaces, cgroups and dropping privileges"),
-        Feature(
-            "unshare",
-            shutil.which("unshare") is not None,
-            shutil.which("unshare") or "util-linux unshare not found",
-        ),
         Feature("cgroups", cgroups_available(), "memory and process caps per job"),
     ]

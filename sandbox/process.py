@@ -1,7 +1,7 @@
 """The grader's handle on one candidate process: start, command, deadline, kill.
 
-A process serves exactly one candidate and is then killed with its whole
-namespace. Replies are read as bounded JSON; a process that dies, hangs or floods
+A process (forked by the grader's zygote) serves exactly one candidate and is then
+killed with its whole namespace. Replies are read as bounded JSON; a process that dies, hangs or floods
 is classified by how it ended (signal, exit status, cgroup OOM) into a verdict.
 """
 
@@ -23,11 +23,11 @@ from typing import Any
 from sandbox.isolation import (
     Cgroup,
     Limits,
-    apply_limits,
     cgroups_available,
     hand_over,
-    jail_command,
+    namespaces_available,
 )
+from sandbox.zygote import Zygote
 
 MAX_REPLY_BYTES = 1 << 20
 LOG_TAIL_BYTES = 4000
@@ -43,7 +43,8 @@ class CandidateDied(Exception):
         self.message = message
 
 
-def _scrubbed_env(job_dir: str, device: str) -> dict[str, str]:
+def candidate_env(job_dir: str, device: str) -> dict[str, str]:
+    """The whole environment of a candidate (and of the zygote, with its own directory)."""
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": job_dir,
@@ -54,6 +55,7 @@ def _scrubbed_env(job_dir: str, device: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
         "LANG": "C.UTF-8",
     }
     for name in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH"):
@@ -82,7 +84,7 @@ def build_triton_seed(job_root: str, device: str) -> None:
         return
     seed = triton_seed_dir(job_root)
     os.makedirs(seed, exist_ok=True)
-    env = _scrubbed_env(seed, device)
+    env = candidate_env(seed, device)
     env["TRITON_CACHE_DIR"] = seed
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run(
@@ -98,7 +100,7 @@ def build_triton_seed(job_root: str, device: str) -> None:
 class CandidateProcess:
     """One jailed candidate process, started ahead of its job."""
 
-    def __init__(self, job_root: str, device: str, limits: Limits) -> None:
+    def __init__(self, zygote: Zygote, job_root: str, device: str, limits: Limits) -> None:
         self.device = device
         self.limits = limits
         self.job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
@@ -124,42 +126,26 @@ class CandidateProcess:
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         hand_over(self.log_path)
         self.conn, child_conn = Pipe(duplex=True)
-        fd = child_conn.fileno()
-        cgroup = self.cgroup
-
-        def preexec() -> None:
-            if cgroup is not None:
-                cgroup.join()
-            apply_limits(limits)
-
-        command = jail_command(
-            [
-                sys.executable,
-                "-m",
-                "sandbox.candidate",
-                "--fd",
-                str(fd),
-                "--job-dir",
-                self.job_dir,
-                "--device",
-                device,
-                "--processes",
-                str(limits.processes),
-            ]
-        )
-        self.proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            pass_fds=(fd,),
-            cwd=self.job_dir,
-            env=_scrubbed_env(self.job_dir, device),
-            start_new_session=True,
-            preexec_fn=preexec,  # noqa: PLW1509 - limits must be set before exec
-        )
-        child_conn.close()
-        log.close()
+        try:
+            self.proc = zygote.spawn(
+                job_dir=self.job_dir,
+                env=candidate_env(self.job_dir, device),
+                limits=limits,
+                cgroup_dirs=[str(p) for p in self.cgroup.dirs] if self.cgroup else [],
+                namespaces=namespaces_available(),
+                processes=limits.processes,
+                conn_fd=child_conn.fileno(),
+                log_fd=log.fileno(),
+            )
+        except BaseException:
+            self.conn.close()
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            shutil.rmtree(self.job_dir, ignore_errors=True)
+            raise
+        finally:
+            child_conn.close()
+            log.close()
         self.started = time.monotonic()
         self.ready_info: dict[str, Any] | None = None
         self.killed_for_time = False
@@ -208,7 +194,7 @@ class CandidateProcess:
         log = self.log_tail()
         if self.cgroup is not None and self.cgroup.oom_killed():
             return CandidateDied("resource_limit", "killed: out of its memory limit")
-        # `unshare --kill-child` reports the child's signal as 128 + signo.
+        # The namespace's keeper reports its child's signal as 128 + signo.
         signo = (
             -code if code is not None and code < 0 else (code - 128 if code and code > 128 else 0)
         )

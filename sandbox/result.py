@@ -56,6 +56,22 @@ class VerifyResult:
     def infrastructure_failure(self) -> bool:
         return self.verdict in INFRASTRUCTURE_VERDICTS
 
+    def apply_baselines(
+        self, eager_ms: float | None, compile_ms: float | None, sanity_bound: float
+    ) -> None:
+        """Set the baseline times and, for a timed candidate, the speedups over them.
+
+        A speedup above `sanity_bound` is flagged `retimed`: the time that counts is
+        already the larger of the event and host-clock measurements.
+        """
+        self.eager_ms, self.compile_ms = eager_ms, compile_ms
+        if not self.candidate_ms or self.candidate_ms <= 0:
+            return
+        self.speedup_vs_eager = eager_ms / self.candidate_ms if eager_ms else None
+        self.speedup_vs_compile = compile_ms / self.candidate_ms if compile_ms else None
+        if self.speedup_vs_eager and self.speedup_vs_eager > sanity_bound:
+            self.retimed = True
+
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -173,8 +173,10 @@ class JobRunner:
             max_workers=config.workers + 2, thread_name_prefix="grader"
         )
         self._idle_event: asyncio.Event | None = None
-        # Baseline times per problem, shared by all graders (torch.compile costs seconds).
+        # Baseline times per problem, shared by all graders (torch.compile costs seconds),
+        # and the problems whose baselines one job is measuring right now.
         self._baselines: dict[str, dict[str, float | None]] = {}
+        self._measuring: dict[str, asyncio.Future[dict[str, float | None] | None]] = {}
 
     # -- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -271,10 +273,14 @@ class JobRunner:
                 job["budget_s"] = min(job["budget_s"], max(0.5, timeout_s - waited - 0.5))
             problem_key = source_key(job["problem"] + job["format"])
             job["known_baselines"] = dict(self._baselines.get(problem_key, {}))
+            waiting_for = self._claim_baselines(problem_key, job)
+            owner = job["timing"] and not job["known_baselines"] and waiting_for is None
             # The grading task owns the worker until the worker answers, even when
             # this call is cancelled (a client's deadline): a worker never receives a
             # job while it still owes the previous reply.
             task = asyncio.ensure_future(self._grade_on(worker, job))
+            if owner:
+                task.add_done_callback(lambda done: self._release_baselines(problem_key, done))
             outcome = await asyncio.shield(task)
             if isinstance(outcome, VerifyResult):
                 return outcome
@@ -284,19 +290,64 @@ class JobRunner:
             self._jobs_done += 1
             result = result_from_dict(reply["result"])
             result.stage_seconds["queue"] = waited
-            if result.eager_ms is not None or result.compile_ms is not None:
-                known = self._baselines.setdefault(problem_key, {})
-                if "eager" in job["baselines"]:
-                    known["eager"] = result.eager_ms
-                if "torch_compile" in job["baselines"]:
-                    known["torch_compile"] = result.compile_ms
-                while len(self._baselines) > 4096:
-                    self._baselines.pop(next(iter(self._baselines)))
+            if waiting_for is not None:
+                await self._add_deferred_baselines(result, job, waiting_for, queued_at, timeout_s)
             return result
         finally:
             self._pending -= 1
             if self._pending == 0:
                 self._idle_event.set()
+
+    # -- baselines: measured once per problem, by the first job that needs them -----------
+    def _claim_baselines(
+        self, key: str, job: dict[str, Any]
+    ) -> asyncio.Future[dict[str, float | None] | None] | None:
+        """The measurement to wait for when another job is measuring this problem's baselines.
+
+        The first timed job of a problem measures them (torch.compile takes seconds of
+        CPU); jobs of the same problem that start meanwhile skip them and are given them
+        when that job is done. An RL group sends its samples of one prompt at once.
+        """
+        if self.device != "cuda" or not job["timing"] or job["known_baselines"]:
+            return None
+        pending = self._measuring.get(key)
+        if pending is not None:
+            job["defer_baselines"] = True
+            return pending
+        self._measuring[key] = asyncio.get_running_loop().create_future()
+        return None
+
+    def _release_baselines(self, key: str, task: asyncio.Future[Any]) -> None:
+        """Publish the owner's baselines (or none) to the jobs waiting for them."""
+        pending = self._measuring.pop(key, None)
+        measured: dict[str, float | None] | None = None
+        if not task.cancelled() and task.exception() is None and isinstance(task.result(), dict):
+            data = task.result()["result"]
+            if data.get("eager_ms") is not None or data.get("compile_ms") is not None:
+                measured = {"eager": data.get("eager_ms"), "torch_compile": data.get("compile_ms")}
+                self._baselines[key] = measured
+                while len(self._baselines) > 4096:
+                    self._baselines.pop(next(iter(self._baselines)))
+        if pending is not None and not pending.done():
+            pending.set_result(measured)
+
+    async def _add_deferred_baselines(
+        self,
+        result: VerifyResult,
+        job: dict[str, Any],
+        waiting_for: asyncio.Future[dict[str, float | None] | None],
+        queued_at: float,
+        timeout_s: float | None,
+    ) -> None:
+        left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - queued_at))
+        with contextlib.suppress(asyncio.TimeoutError):
+            measured = await asyncio.wait_for(asyncio.shield(waiting_for), left)
+            if measured:
+                result.apply_baselines(
+                    measured.get("eager") if "eager" in job["baselines"] else None,
+                    measured.get("torch_compile") if "torch_compile" in job["baselines"] else None,
+                    self.config.speedup_sanity_bound,
+                )
 
     async def _grade_on(
         self, worker: _Worker, job: dict[str, Any]

@@ -7,6 +7,7 @@ one spare started ahead so the job does not pay for importing torch and Triton.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -101,17 +102,35 @@ def self_test(device: str) -> str:
         return f"self-test failed: {type(err).__name__}: {err}"
 
 
+# Verdicts after which the GPU is checked again: a candidate that crashed or hung
+# may have left the device unhealthy. Otherwise every SELF_TEST_EVERY jobs.
+_SUSPECT_VERDICTS = frozenset({"runtime_error", "timeout", "resource_limit", "sandbox_error"})
+SELF_TEST_EVERY = 32
+
+
+def warm_torch_compile(device: str) -> None:
+    """Pay torch.compile's one-off start-up (imports, first compile) before the first job."""
+    import torch
+
+    with contextlib.suppress(Exception), torch.no_grad():
+        torch.compile(lambda x: torch.relu(x) * 2)(torch.randn(8, device=device))
+
+
 def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: bool) -> None:
     from sandbox.grader import Grader, Job
 
     os.environ.pop("TRITON_INTERPRET", None)
     grader = Grader(config, device)
+    grader.prestart()
     health = self_test(device)
     features = probe_isolation(grader) if probe else []
+    if device == "cuda":
+        warm_torch_compile(device)
     grader.prestart()
     conn.send(
         {"ready": True, "features": features, "health": health, "provenance": grader.provenance}
     )
+    jobs = 0
     try:
         while True:
             try:
@@ -122,7 +141,10 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
                 break
             job = Job(**message)
             result = grader.grade(job)
-            if device == "cuda":
+            jobs += 1
+            if device == "cuda" and (
+                result.verdict in _SUSPECT_VERDICTS or jobs % SELF_TEST_EVERY == 0
+            ):
                 health = self_test(device)
             conn.send({"result": dataclasses.asdict(result), "health": health})
             grader.prestart()

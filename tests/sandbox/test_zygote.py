@@ -1,0 +1,84 @@
+"""The candidate fork server: jailed forks, exit statuses, nothing left behind.
+
+The adversarial suite judges what candidates do through the same processes; these
+tests pin down the zygote's own promises on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.isolation import Limits, namespaces_available
+from sandbox.process import CandidateProcess, candidate_env
+from sandbox.zygote import Zygote
+
+
+@pytest.fixture
+def zygote(tmp_path: Path) -> Iterator[Zygote]:
+    home = tmp_path / "zygote"
+    home.mkdir()
+    started = Zygote("cpu", candidate_env(str(home), "cpu"))
+    yield started
+    started.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie waiting to be reaped is not alive either.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_forked_candidate_is_jailed_and_answers(zygote: Zygote, tmp_path: Path) -> None:
+    proc = CandidateProcess(zygote, str(tmp_path), "cpu", Limits())
+    try:
+        ready = proc.wait_ready(time.monotonic() + 60)
+        assert ready["ready"]
+        reply = proc.request(
+            time.monotonic() + 30, cmd="probe", port=1, outside_path=str(tmp_path / "escaped")
+        )
+        # A write outside the job directory lands in a private scratch /tmp, if anywhere.
+        assert not reply["connected"]
+        if namespaces_available():
+            assert ready["jail_missing"] == []
+            assert reply["pid"] == 1 and not reply["capabilities"]
+    finally:
+        proc.close()
+    assert not (tmp_path / "escaped").exists()
+
+
+def test_the_exit_status_of_a_killed_candidate_is_reported(zygote: Zygote, tmp_path: Path) -> None:
+    proc = CandidateProcess(zygote, str(tmp_path), "cpu", Limits())
+    try:
+        proc.wait_ready(time.monotonic() + 60)
+        assert proc.proc.poll() is None
+        os.killpg(proc.proc.pid, signal.SIGKILL)
+        code = proc.proc.wait(timeout=10)
+        assert code in (-signal.SIGKILL, 128 + signal.SIGKILL)
+    finally:
+        proc.close()
+
+
+def test_closing_the_zygote_kills_what_it_started(tmp_path: Path) -> None:
+    home = tmp_path / "zygote"
+    home.mkdir()
+    zygote = Zygote("cpu", candidate_env(str(home), "cpu"))
+    proc = CandidateProcess(zygote, str(tmp_path), "cpu", Limits())
+    proc.wait_ready(time.monotonic() + 60)
+    pid = proc.proc.pid
+    zygote.close()
+    assert not zygote.alive
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+    proc.close()  # nothing left to kill: returns at once
