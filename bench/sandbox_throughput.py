@@ -375,6 +375,7 @@ class Row:
     plain_outcomes: Counter[str] = field(default_factory=Counter)
     stages: dict[str, list[float]] = field(default_factory=dict)
     startup_s: float = 0.0
+    plain_count: int = 0
 
     @property
     def sandbox_rate(self) -> float:
@@ -382,7 +383,7 @@ class Row:
 
     @property
     def plain_rate(self) -> float:
-        return self.count / self.plain_s if self.plain_s else 0.0
+        return self.plain_count / self.plain_s if self.plain_s else 0.0
 
 
 def spread(values: list[float]) -> str:
@@ -446,7 +447,7 @@ def render(
             str(row.count),
             f"{row.startup_s:.1f}",
             f"{row.sandbox_rate:.3f}",
-            f"{row.plain_rate:.3f}" if row.plain_s else "n/a",
+            f"{row.plain_rate:.3f} ({row.plain_count})" if row.plain_s else "n/a",
             ratio,
             ", ".join(f"{k} {v}" for k, v in sorted(row.sandbox_verdicts.items())),
             ", ".join(f"{k} {v}" for k, v in sorted(row.plain_outcomes.items())) or "n/a",
@@ -470,12 +471,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--workers", default=None, help="comma-separated worker counts")
     parser.add_argument(
-        "--per-problem", default="8,1", help="comma-separated candidates per problem (RL group size)"
+        "--per-problem",
+        default="8,1",
+        help="comma-separated candidates per problem (RL group size)",
     )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")
     parser.add_argument("--allow-weak-isolation", action="store_true")
     parser.add_argument("--skip-plain", action="store_true", help="sandbox only")
+    parser.add_argument(
+        "--plain-candidates", type=int, default=None, help="run the plain harness on the first N"
+    )
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="start no new row after this long"
     )
@@ -596,11 +602,16 @@ def main(argv: list[str] | None = None) -> int:
                 code = server.stop()
                 if code != 0:
                     notes.append(f"server with {workers} workers exited {code}")
-            if not args.skip_plain and group == groups[0]:
-                console.print(f"[bold]{workers} worker(s)[/]: plain harness ...")
-                row.plain_s, row.plain_outcomes, _ = run_plain(cases, files, workers, device)
             rows.append(row)
             save()
+            if not args.skip_plain and group == groups[0]:
+                plain_cases = cases[: args.plain_candidates or len(cases)]
+                console.print(
+                    f"[bold]{workers} worker(s)[/]: plain harness, {len(plain_cases)} candidates ..."
+                )
+                row.plain_s, row.plain_outcomes, _ = run_plain(plain_cases, files, workers, device)
+                row.plain_count = len(plain_cases)
+                save()
     if timing and not args.skip_plain:
         for _ in range(repeats):
             _, _, [r] = run_plain([probe], files, 1, device)
