@@ -50,6 +50,9 @@ class Harness:
         self._empty = torch.empty
         guard.install()
         if device == "cuda":
+            from sandbox import launchers
+
+            launchers.install_candidate_hook(self.ask)
             from triton.runtime import driver
 
             from sandbox.timing import bind_clock
@@ -63,6 +66,12 @@ class Harness:
     # -- plumbing -----------------------------------------------------------------
     def reply(self, **payload: Any) -> None:
         self.conn.send_bytes(json.dumps(payload).encode())
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A question to the grader in the middle of a command (`sandbox.launchers`)."""
+        self.conn.send_bytes(json.dumps(request).encode())
+        answer = self.conn.recv()
+        return answer if isinstance(answer, dict) else {}
 
     def fail(self, error: BaseException) -> None:
         from sandbox.guard import ForbiddenOperation, TamperingDetected

@@ -27,9 +27,11 @@ from sandbox.isolation import (
     hand_over,
     namespaces_available,
 )
+from sandbox.launchers import LauncherCache
 from sandbox.zygote import Zygote
 
 MAX_REPLY_BYTES = 1 << 20
+MAX_LAUNCHER_REQUESTS = 32  # distinct kernel signatures one candidate may have built
 LOG_TAIL_BYTES = 4000
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -100,8 +102,17 @@ def build_triton_seed(job_root: str, device: str) -> None:
 class CandidateProcess:
     """One jailed candidate process, started ahead of its job."""
 
-    def __init__(self, zygote: Zygote, job_root: str, device: str, limits: Limits) -> None:
+    def __init__(
+        self,
+        zygote: Zygote,
+        job_root: str,
+        device: str,
+        limits: Limits,
+        launchers: LauncherCache | None = None,
+    ) -> None:
         self.device = device
+        self.launchers = launchers
+        self.launcher_requests = 0
         self.limits = limits
         self.job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
         os.makedirs(self.job_dir, mode=0o700)
@@ -152,6 +163,22 @@ class CandidateProcess:
 
     # -- messages -----------------------------------------------------------------
     def _receive(self, deadline: float) -> dict[str, Any]:
+        """The candidate's reply; launcher builds it asks for on the way are served."""
+        reply = self._receive_one(deadline)
+        while "build_launcher" in reply:
+            self.launcher_requests += 1
+            if self.launchers is None or self.launcher_requests > MAX_LAUNCHER_REQUESTS:
+                answer: dict[str, Any] = {"error": "no launcher builds here"}
+            else:
+                answer = self.launchers.answer(reply, self.job_dir)
+            try:
+                self.conn.send(answer)
+            except (BrokenPipeError, OSError):
+                raise self._death() from None
+            reply = self._receive_one(deadline)
+        return reply
+
+    def _receive_one(self, deadline: float) -> dict[str, Any]:
         remaining = deadline - time.monotonic()
         if (remaining <= 0 or not self.conn.poll(remaining)) and self.proc.poll() is None:
             self.killed_for_time = True

@@ -1,6 +1,6 @@
 """GPU timing shared by the grader (baselines) and the candidate process.
 
-Each run: flush the L2 cache and synchronise; keep the GPU busy for a moment
+Each run: flush the L2 cache and keep the GPU busy for a moment
 (`LAUNCH_COVER_US`) while the host enqueues the start event and the call, so the
 host's launch latency is not measured; call; synchronise the whole device (work
 hidden on other streams is counted); record the end event. The candidate and the
@@ -81,8 +81,7 @@ def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> li
     for _ in range(runs):
         start = clock.event_type(enable_timing=True)
         end = clock.event_type(enable_timing=True)
-        clock.flush()
-        clock.synchronize()
+        clock.flush()  # stream-ordered before the start event: no host round trip
         clock.busy()
         clock.record(start)
         fn()

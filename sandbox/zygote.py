@@ -41,6 +41,10 @@ from sandbox.isolation import Limits, apply_limits, enter_namespaces, mount_proc
 MAX_MESSAGE = 1 << 16
 ZYGOTE_START_S = 300.0
 _PR_SET_PDEATHSIG = 1
+# Candidates compile at a lower priority than the graders; the one being timed is
+# raised above both (`Grader._time`), so a busy host does not stretch its timed loop.
+CANDIDATE_NICE = 5
+TIMED_NICE = -5
 
 
 class ZygoteError(RuntimeError):
@@ -102,6 +106,7 @@ def _child(spec: dict[str, Any], conn_fd: int, log_fd: int, zygote_pid: int) -> 
         for signo in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
             signal.signal(signo, signal.SIG_DFL)
         os.setsid()
+        os.nice(CANDIDATE_NICE)
         _set_death_signal()
         if os.getppid() != zygote_pid:
             os._exit(code)  # the zygote is already gone

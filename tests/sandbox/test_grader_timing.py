@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -45,6 +46,7 @@ class ScriptedCandidate:
         self.staged: list[torch.Tensor] = []
         self.timed: dict[str, torch.Tensor] = {}
         self.commands: list[str] = []
+        self.proc = SimpleNamespace(pid=2**22 + 1)  # no such process group to renice
 
     def request(self, deadline: float, **msg: Any) -> dict[str, Any]:
         self.commands.append(msg["cmd"])

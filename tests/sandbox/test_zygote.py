@@ -16,7 +16,7 @@ import pytest
 
 from sandbox.isolation import Limits, namespaces_available
 from sandbox.process import CandidateProcess, candidate_env
-from sandbox.zygote import Zygote
+from sandbox.zygote import CANDIDATE_NICE, Zygote
 
 
 @pytest.fixture
@@ -48,6 +48,8 @@ def test_a_forked_candidate_is_jailed_and_answers(zygote: Zygote, tmp_path: Path
         )
         # A write outside the job directory lands in a private scratch /tmp, if anywhere.
         assert not reply["connected"]
+        # Compiling candidates yield to the graders (and the one being timed).
+        assert os.getpriority(os.PRIO_PROCESS, proc.proc.pid) == CANDIDATE_NICE
         if namespaces_available():
             assert ready["jail_missing"] == []
             assert reply["pid"] == 1 and not reply["capabilities"]

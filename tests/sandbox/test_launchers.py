@@ -1,0 +1,134 @@
+"""Shared Triton launchers: only signatures Triton could produce, built from our own C.
+
+On the CPU nothing is launched, so the two halves are driven directly: the
+candidate's hook (what it asks, and its fallback) and the grader's answer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import triton
+from triton.backends.nvidia import driver
+from triton.runtime import build
+
+from sandbox import launchers
+from sandbox.launchers import LAUNCHER, LauncherCache, launcher_source, valid_signature
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        ["*fp32", "*fp32", "i32", "constexpr"],
+        ["*kfp16", ["i32", "i64"], "fp32", "u1", "*bf16"],
+        ["*fp8e4nv", "i64"],
+    ],
+)
+def test_real_signatures_are_accepted(signature: list[Any]) -> None:
+    assert valid_signature(signature)
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        ['i32); system("id"); (void'],
+        ["tensordesc<fp32[64, 64]>"],
+        ["nvTmaDesc"],
+        "*fp32",
+        [1, 2],
+        ["*fp32"] * 300,
+        [[[[["i32"]]]]],
+    ],
+)
+def test_anything_else_is_refused(signature: Any) -> None:
+    assert not valid_signature(signature)
+
+
+def test_the_grader_generates_what_the_candidate_would_compile() -> None:
+    # Triton passes the kernel's own argument names; only the types shape the C.
+    named = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    ours = launcher_source(list(named.values()))
+    assert ours == driver.make_launcher({(3,): 1024}, named, None)
+
+
+@pytest.fixture
+def hooked(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The candidate hook installed, with every change undone afterwards."""
+    monkeypatch.setattr(driver, "make_launcher", driver.make_launcher)
+    monkeypatch.setattr(triton.knobs.build, "impl", None)
+    asked: list[dict[str, Any]] = []
+    return asked
+
+
+def _write_launcher_source(tmp_path: Path) -> str:
+    source = driver.make_launcher({}, {"x": "*fp32", "n": "i32"}, None)
+    path = tmp_path / f"{LAUNCHER}.c"
+    path.write_text(source)
+    return str(path)
+
+
+def test_the_candidate_takes_the_graders_build(
+    hooked: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    built = tmp_path / "from-grader.so"
+    built.write_bytes(b"shared library")
+
+    def ask(request: dict[str, Any]) -> dict[str, Any]:
+        hooked.append(request)
+        return {"path": str(built)}
+
+    launchers.install_candidate_hook(ask)
+    src = _write_launcher_source(tmp_path)
+    srcdir = tmp_path / "build"
+    srcdir.mkdir()
+    result = triton.knobs.build.impl(LAUNCHER, src, str(srcdir), [], [], [])
+    assert hooked == [{"build_launcher": ["*fp32", "i32"]}]
+    assert Path(result).parent == srcdir and Path(result).read_bytes() == b"shared library"
+
+
+def test_the_candidate_compiles_itself_when_the_grader_cannot(
+    hooked: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled: list[str] = []
+
+    def local_build(name: str, *args: Any) -> str:
+        assert triton.knobs.build.impl is None  # no recursion into the hook
+        compiled.append(name)
+        return "local.so"
+
+    monkeypatch.setattr(build, "_build", local_build)
+    launchers.install_candidate_hook(lambda request: {"error": "no"})
+    src = _write_launcher_source(tmp_path)
+    assert triton.knobs.build.impl(LAUNCHER, src, str(tmp_path), [], [], []) == "local.so"
+    # Other modules are never sent to the grader.
+    assert triton.knobs.build.impl("cuda_utils", src, str(tmp_path), [], [], []) == "local.so"
+    assert compiled == [LAUNCHER, "cuda_utils"]
+    assert triton.knobs.build.impl is not None  # the hook is back in place
+
+
+def test_the_graders_answer_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = LauncherCache(str(tmp_path / "cache"))
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    assert "error" in cache.answer({"build_launcher": ["bogus type"]}, str(job_dir))
+
+    def fake_compile(c_file: str, scratch: str) -> str:
+        assert Path(c_file).read_text() == launcher_source(["*fp32", "i32"])
+        out = Path(scratch) / "built.so"
+        out.write_bytes(b"built once")
+        return str(out)
+
+    monkeypatch.setattr(LauncherCache, "_compile", staticmethod(fake_compile))
+    first = cache.answer({"build_launcher": ["*fp32", "i32"]}, str(job_dir))
+    assert Path(first["path"]).read_bytes() == b"built once"
+    assert Path(first["path"]).parent == job_dir
+
+    def broken_compile(c_file: str, scratch: str) -> str:
+        raise RuntimeError("gcc missing")
+
+    monkeypatch.setattr(LauncherCache, "_compile", staticmethod(broken_compile))
+    # Cached: the same signature is not built again.
+    assert "path" in cache.answer({"build_launcher": ["*fp32", "i32"]}, str(job_dir))
+    assert "gcc missing" in cache.answer({"build_launcher": ["*fp16"]}, str(job_dir))["error"]
