@@ -2,14 +2,16 @@
 
 Each run: flush the L2 cache and keep the GPU busy for a moment
 (`LAUNCH_COVER_US`) while the host enqueues the start event and the call, so the
-host's launch latency is not measured; call; synchronise the whole device (work
-hidden on other streams is counted); record the end event. The candidate and the
+host's launch latency is not measured; call; record the end event on the same
+stream; synchronise the whole device before the next run. The candidate and the
 eager/compiled references are timed by this same function so their overheads
-match. Work a candidate slips onto another stream during the busy wait would go
-unmeasured, so the grader also times back-to-back calls by the host clock and
-reports the larger of the two (`reported_ms`), for candidate and baselines alike. `bind_clock` captures the CUDA builtins before untrusted
-code is imported, so patching `torch.cuda.Event` or `torch.cuda.synchronize`
-later has no effect on the measurement.
+match. What the events cannot see (work a candidate slips onto another stream, an
+event timer it rigged from inside its process) the host clock can: the grader also
+times back-to-back calls ending in a device-wide synchronisation, and the larger of
+the two figures counts (`reported_ms`), for candidate and baselines alike.
+`bind_clock` captures the CUDA builtins before untrusted code is imported, so
+patching `torch.cuda.Event` or `torch.cuda.synchronize` later has no effect on the
+measurement.
 """
 
 from __future__ import annotations
@@ -85,8 +87,8 @@ def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> li
         clock.busy()
         clock.record(start)
         fn()
-        clock.synchronize()
         clock.record(end)
+        clock.synchronize()
         pairs.append((start, end))
     clock.synchronize()
     return [clock.elapsed(start, end) for start, end in pairs]

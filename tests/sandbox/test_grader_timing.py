@@ -128,3 +128,41 @@ def test_a_rigged_event_timer_is_overruled_by_the_host_clock(timed: Any) -> None
     assert result.retimed
     # The host clock's figure counts: 0.3 s over the 5 timed runs plus one.
     assert result.candidate_ms >= 0.3 * 1e3 / 6
+
+
+def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
+    """flush, busy wait, start, call, end, device sync: the order the timing rests on."""
+    from sandbox.timing import Clock, time_cuda
+
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            self.at = 0.0
+
+    ticks = iter(range(1000))
+
+    def record(event: Event) -> None:
+        event.at = float(next(ticks))
+        log.append("record")
+
+    clock = Clock(
+        event_type=Event,
+        record=record,
+        elapsed=lambda start, end: end.at - start.at,
+        synchronize=lambda: log.append("sync"),
+        flush=lambda: log.append("flush"),
+        busy=lambda: log.append("busy"),
+    )
+    times = time_cuda(lambda: log.append("call"), clock, runs=2, warmup=1)
+    assert log == ["call", "sync"] + ["flush", "busy", "record", "call", "record", "sync"] * 2 + [
+        "sync"
+    ]
+    assert times == [1.0, 1.0]
+
+
+def test_the_larger_of_event_and_host_time_counts() -> None:
+    from sandbox.timing import reported_ms
+
+    assert reported_ms(1.0, 0.8) == (1.0, False)  # warm back-to-back runs: events count
+    assert reported_ms(0.1, 0.8) == (0.8, True)  # events too good to be true
