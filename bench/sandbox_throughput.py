@@ -588,21 +588,26 @@ def main(argv: list[str] | None = None) -> int:
                             notes.append(
                                 f"{workers} workers: {case.name}: {result.verdict}: {first}"
                             )
-                    if not rows:
+                    rows.append(row)
+                    save()  # each measurement is written as soon as it exists
+                    if len(rows) == 1:
                         # Fidelity on the first, quietest server: one job at a time.
                         for _ in range(repeats):
                             r = client.verify(probe.problem, probe.candidate, timing=timing)
                             if r.candidate_ms is not None:
                                 fidelity.append(r.candidate_ms)
+                            save()
                         for _ in range(repeats):
                             r = client.verify(same.problem, same.candidate, timing=timing)
                             if r.speedup_vs_eager is not None:
                                 same_speed.append(r.speedup_vs_eager)
+                            save()
             finally:
                 code = server.stop()
                 if code != 0:
                     notes.append(f"server with {workers} workers exited {code}")
-            rows.append(row)
+            if not any(r is row for r in rows):
+                rows.append(row)
             save()
             if not args.skip_plain and group == groups[0]:
                 plain_cases = cases[: args.plain_candidates or len(cases)]
