@@ -184,7 +184,11 @@ class Grader:
                 self.zygote.close()
             home = os.path.join(self.workdir, "zygote")
             os.makedirs(home, exist_ok=True)
-            self.zygote = Zygote(self.device, candidate_env(home, self.device))
+            arch = None
+            if self.device == "cuda":
+                major, minor = torch.cuda.get_device_capability()
+                arch = 10 * major + minor
+            self.zygote = Zygote(self.device, candidate_env(home, self.device), arch)
         return self.zygote
 
     def _new_process(self) -> CandidateProcess:

@@ -54,8 +54,32 @@ class ZygoteError(RuntimeError):
 # -- inside the zygote ----------------------------------------------------------------------
 
 
-def _preload(device: str) -> None:
-    """Import what every candidate needs, touching no GPU."""
+def warm_compile(arch: int) -> None:
+    """Compile a tiny kernel for `sm_{arch}` ahead of time, touching no GPU.
+
+    A fork's first Triton compile then finds LLVM, MLIR's dialects, libdevice and the
+    ptxas version already loaded: about 0.1 s instead of 1.5 s of CPU per candidate.
+    Leaves the process single-threaded, so forking stays safe.
+    """
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def warm_up(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
+        tl.store(out_ptr + offsets, tl.sigmoid(x) + tl.exp(x), mask=mask)
+
+    signature = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    source = ASTSource(warm_up, signature, {"BLOCK": 1024})
+    triton.compile(source, target=GPUTarget("cuda", arch, 32))
+
+
+def _preload(device: str, arch: int | None) -> None:
+    """Import what every candidate needs and warm Triton's compiler, touching no GPU."""
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import triton  # noqa: F401
@@ -68,6 +92,11 @@ def _preload(device: str) -> None:
         with contextlib.suppress(ImportError):
             import triton.backends.nvidia.compiler  # noqa: F401
             import triton.compiler.compiler  # noqa: F401
+        if arch is not None:
+            try:
+                warm_compile(arch)
+            except Exception as err:  # noqa: BLE001 - only speed is lost
+                print(f"zygote: compiler warm-up failed: {err}", file=sys.stderr)
     else:
         import triton.runtime.interpreter  # noqa: F401
 
@@ -143,8 +172,8 @@ def _returncode(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def zygote_main(control_fd: int, device: str) -> None:
-    _preload(device)
+def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
+    _preload(device, arch)
     sys.stdout.flush()
     sys.stderr.flush()
     control = socket.socket(fileno=control_fd)
@@ -363,8 +392,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Candidate fork server (started by a grader).")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--arch", type=int, default=None, help="compute capability, e.g. 90")
     args = parser.parse_args()
-    zygote_main(args.fd, args.device)
+    zygote_main(args.fd, args.device, args.arch)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,3 +86,22 @@ def test_closing_the_zygote_kills_what_it_started(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert not _alive(pid)
     proc.close()  # nothing left to kill: returns at once
+
+
+def test_the_compiler_warm_up_leaves_one_thread_to_fork(tmp_path: Path) -> None:
+    """Warming Triton's compiler for a GPU (no GPU needed) must not start threads."""
+    code = (
+        "import os\n"
+        "from sandbox.zygote import warm_compile\n"
+        "warm_compile(90)\n"
+        "print(len(os.listdir('/proc/self/task')))\n"
+    )
+    env = candidate_env(str(tmp_path), "cuda")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1"]
+    # The compiled kernel went to this process's own cache, not a shared one.
+    assert any((tmp_path / ".triton").rglob("*.cubin"))
