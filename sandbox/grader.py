@@ -211,7 +211,11 @@ class Grader:
 
     def take_process(self) -> CandidateProcess:
         """This job's process; the next job's starts now, while this one is graded."""
-        proc = self.spare or self._new_process()
+        proc = self.spare
+        if proc is None or proc.proc.poll() is not None:  # e.g. killed with its zygote
+            if proc is not None:
+                proc.close()
+            proc = self._new_process()
         self.spare = self._new_process()
         return proc
 

@@ -197,8 +197,14 @@ class CandidateProcess:
         return reply
 
     def wait_ready(self, deadline: float) -> dict[str, Any]:
+        """Wait for the harness; no candidate code has run yet, so a failure is ours."""
         if self.ready_info is None:
-            reply = self._receive(deadline)
+            try:
+                reply = self._receive(deadline)
+            except CandidateDied as death:
+                raise CandidateDied(
+                    "sandbox_error", f"candidate process failed to start: {death.message}"
+                ) from None
             if not reply.get("ready"):
                 raise CandidateDied("sandbox_error", "candidate process failed to start")
             self.ready_info = reply

@@ -127,7 +127,7 @@ def _become_candidate(spec: dict[str, Any], conn_fd: int, log_fd: int) -> None:
     candidate.serve(conn_fd, spec["job_dir"], spec["device"], spec["processes"])
 
 
-def _child(spec: dict[str, Any], conn_fd: int, log_fd: int, zygote_pid: int) -> None:
+def _child(spec: dict[str, Any], conn_fd: int, log_fd: int) -> None:
     """Runs in the fork; never returns."""
     code = 127
     try:
@@ -136,9 +136,8 @@ def _child(spec: dict[str, Any], conn_fd: int, log_fd: int, zygote_pid: int) -> 
             signal.signal(signo, signal.SIG_DFL)
         os.setsid()
         os.nice(CANDIDATE_NICE)
-        _set_death_signal()
-        if os.getppid() != zygote_pid:
-            os._exit(code)  # the zygote is already gone
+        # No death signal from the zygote: should it die, the candidates in flight still
+        # finish their jobs (the grader kills them by process group and watches /proc).
         for path in spec["cgroup_dirs"]:
             with open(os.path.join(path, "cgroup.procs"), "w") as procs:
                 procs.write(str(os.getpid()))
@@ -219,11 +218,10 @@ def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
                     continue
                 conn_fd, log_fd = fds
                 spec = json.loads(data)
-                zygote_pid = os.getpid()
                 pid = os.fork()
                 if pid == 0:
                     control.detach()
-                    _child(spec, conn_fd, log_fd, zygote_pid)
+                    _child(spec, conn_fd, log_fd)
                 os.close(conn_fd)
                 os.close(log_fd)
                 children.add(pid)
@@ -238,6 +236,15 @@ def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
 
 
 # -- the grader's side ------------------------------------------------------------------------
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (for children of a zygote that died)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class ForkedProcess:
@@ -264,20 +271,15 @@ class ForkedProcess:
 class Zygote:
     """Starts and talks to one zygote process; thread-safe."""
 
-    def __init__(self, device: str, env: dict[str, str]) -> None:
+    def __init__(self, device: str, env: dict[str, str], arch: int | None = None) -> None:
+        """`arch`: the GPU's compute capability (90 for sm_90), to warm the compiler for."""
         self.device = device
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.control = ours
+        command = [sys.executable, "-m", "sandbox.zygote", "--fd", str(theirs.fileno())]
+        command += ["--device", device] + (["--arch", str(arch)] if arch else [])
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sandbox.zygote",
-                "--fd",
-                str(theirs.fileno()),
-                "--device",
-                device,
-            ],
+            command,
             stdin=subprocess.DEVNULL,
             pass_fds=(theirs.fileno(),),
             env=env,
@@ -366,13 +368,14 @@ class Zygote:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while pid not in self._statuses:
-                if not self._alive:
-                    # No one reports any more: the child was killed with the zygote.
+                if not self._alive and not _running(pid):
+                    # No one reports any more: the status is lost, the process is gone.
                     return self._statuses.setdefault(pid, -signal.SIGKILL)
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
-                self._changed.wait(left)
+                # Without a zygote to report, look again shortly.
+                self._changed.wait(left if self._alive else min(0.05, left or 0.05))
             return self._statuses.pop(pid)
 
     def close(self) -> None:

@@ -105,3 +105,33 @@ def test_the_compiler_warm_up_leaves_one_thread_to_fork(tmp_path: Path) -> None:
     assert done.stdout.split() == ["1"]
     # The compiled kernel went to this process's own cache, not a shared one.
     assert any((tmp_path / ".triton").rglob("*.cubin"))
+
+
+def test_a_grader_outlives_its_zygote(tmp_path: Path) -> None:
+    """A killed zygote takes its forks along; the next job still gets a verdict on the kernel."""
+    from sandbox.config import SandboxConfig
+    from sandbox.grader import Grader, Job
+    from tests.sandbox.conftest import GOOD_RELU, RELU_PROBLEM
+
+    grader = Grader(SandboxConfig(device="cpu", job_root=str(tmp_path)), "cpu")
+    try:
+        grader.prestart()
+        assert grader.zygote is not None
+        grader.zygote.proc.kill()
+        grader.zygote.proc.wait()
+        result = grader.grade(Job(problem=RELU_PROBLEM, candidate=GOOD_RELU, timing=False))
+        assert result.verdict == "correct", result.message
+    finally:
+        grader.close()
+
+
+def test_a_gpu_zygote_starts_with_a_warm_compiler(tmp_path: Path) -> None:
+    """The GPU flavour (compiler warmed for sm_90) starts on a host without a GPU too."""
+    env = candidate_env(str(tmp_path), "cuda")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    zygote = Zygote("cuda", env, arch=90)
+    try:
+        assert zygote.alive
+    finally:
+        zygote.close()
+    assert any((tmp_path / ".triton").rglob("*.cubin"))
