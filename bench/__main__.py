@@ -1,6 +1,7 @@
 """`python -m bench` (`make bench`): the benchmarks this machine can run, and the GPU ones.
 
-CPU: the program generator's cost per program (`bench.synth_bench`).
+CPU: the program generator's cost per program (`bench.synth_bench`) and a candidate's
+first Triton compile in a fork of a cold or warmed zygote (`bench.zygote_compile`).
 GPU host: `bench.sandbox_throughput` (verifications per second, timing fidelity, against
 a plain harness), `bench.teacher_bench` (the teacher's pass rate and speedups by operator
 family) and `bench.learner_bench` (decode and SFT step of the policy model).
@@ -19,9 +20,10 @@ GPU_COMMANDS = (
 
 
 def main() -> int:
-    from bench import synth_bench
+    from bench import synth_bench, zygote_compile
 
     status = synth_bench.main([]) or 0
+    status |= zygote_compile.main([]) or 0
     try:
         import torch
 
