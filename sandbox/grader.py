@@ -690,7 +690,9 @@ class Grader:
             raise Rejected("tampering", "the timing loop returned impossible measurements")
         with _stage(result, "timing_io"):
             slots = {
-                slot: self._write(proc, f"timed_{slot}_", expected, writable=True)
+                slot: self._write(
+                    proc, f"timed_{slot}_{secrets.token_hex(8)}_", expected, writable=True
+                )
                 for slot in ("events", "wall")
             }
             fetched = proc.request(deadline, cmd="fetch", outputs=slots)
