@@ -193,17 +193,18 @@ class Grader:
 
     def _new_process(self) -> CandidateProcess:
         try:
-            return CandidateProcess(
-                self._zygote_alive(), self.config.job_root, self.device, self.limits
-            )
+            return self._spawn()
         except ZygoteError:
             # One more try with a fresh zygote; a second failure is the host's problem.
             if self.zygote is not None:
                 self.zygote.close()
                 self.zygote = None
-            return CandidateProcess(
-                self._zygote_alive(), self.config.job_root, self.device, self.limits
-            )
+            return self._spawn()
+
+    def _spawn(self) -> CandidateProcess:
+        return CandidateProcess(
+            self._zygote_alive(), self.config.job_root, self.device, self.limits, self.launchers
+        )
 
     def prestart(self) -> None:
         if self.spare is None:

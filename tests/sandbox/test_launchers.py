@@ -132,3 +132,18 @@ def test_the_graders_answer_never_raises(tmp_path: Path, monkeypatch: pytest.Mon
     # Cached: the same signature is not built again.
     assert "path" in cache.answer({"build_launcher": ["*fp32", "i32"]}, str(job_dir))
     assert "gcc missing" in cache.answer({"build_launcher": ["*fp16"]}, str(job_dir))["error"]
+
+
+def test_a_graders_candidates_ask_it_for_launchers(tmp_path: Path) -> None:
+    from sandbox.config import SandboxConfig
+    from sandbox.grader import Grader
+
+    grader = Grader(SandboxConfig(device="cpu", job_root=str(tmp_path)), "cpu")
+    try:
+        grader.launchers = LauncherCache(str(tmp_path / "launchers"))  # as on a GPU
+        proc = grader.take_process()
+        assert proc.launchers is grader.launchers
+        assert grader.spare is not None and grader.spare.launchers is grader.launchers
+        proc.close()
+    finally:
+        grader.close()
