@@ -2,10 +2,11 @@
 
 Forked by the grader's zygote (`sandbox.zygote`, which has imported torch and Triton
 already) into fresh namespaces, it jails itself, installs the instruments of
-`sandbox.guard`, says "ready", then obeys the grader's commands on a private pipe: load the candidate, run it on inputs read
-from files the grader owns, write the outputs back into the grader's files, time
-it. Replies are JSON (the grader never unpickles anything from this process).
-Nothing here decides a verdict: the grader compares and judges.
+`sandbox.guard`, says "ready", then obeys the grader's commands on a private pipe:
+load the candidate, run it on inputs read from files the grader owns, write the
+outputs back into the grader's files, time it. Replies are JSON (the grader never
+unpickles anything from this process). Nothing here decides a verdict: the grader
+compares and judges.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The grader's handle on one candidate process: start, command, deadline, kill.
 
 A process (forked by the grader's zygote) serves exactly one candidate and is then
-killed with its whole namespace. Replies are read as bounded JSON; a process that dies, hangs or floods
-is classified by how it ended (signal, exit status, cgroup OOM) into a verdict.
+killed with its whole namespace. Replies are read as bounded JSON; a process that
+dies, hangs or floods is classified by how it ended (signal, exit status, cgroup
+OOM) into a verdict.
 """
 
 from __future__ import annotations
