@@ -147,3 +147,41 @@ def test_a_graders_candidates_ask_it_for_launchers(tmp_path: Path) -> None:
         proc.close()
     finally:
         grader.close()
+
+
+def test_requests_on_the_pipe_are_answered_until_the_reply_comes() -> None:
+    """The grader serves a candidate's launcher requests while it waits for a reply."""
+    import json
+    import threading
+    import time
+    from multiprocessing import Pipe
+    from types import SimpleNamespace
+
+    from sandbox.process import MAX_LAUNCHER_REQUESTS, CandidateProcess
+
+    ours, theirs = Pipe(duplex=True)
+    asked: list[Any] = []
+
+    class Cache:
+        def answer(self, request: dict[str, Any], job_dir: str) -> dict[str, Any]:
+            asked.append(request["build_launcher"])
+            return {"path": f"{job_dir}/launcher.so"}
+
+    proc = CandidateProcess.__new__(CandidateProcess)
+    proc.conn, proc.launchers, proc.launcher_requests = ours, Cache(), 0
+    proc.job_dir, proc.proc = "/job", SimpleNamespace(poll=lambda: None)
+    answers: list[Any] = []
+
+    def candidate() -> None:
+        for _ in range(MAX_LAUNCHER_REQUESTS + 1):
+            theirs.send_bytes(json.dumps({"build_launcher": ["*fp32", "i32"]}).encode())
+            answers.append(theirs.recv())
+        theirs.send_bytes(json.dumps({"ok": True, "launches": 1}).encode())
+
+    thread = threading.Thread(target=candidate)
+    thread.start()
+    reply = proc._receive(time.monotonic() + 30)
+    thread.join(10)
+    assert reply == {"ok": True, "launches": 1}
+    assert len(asked) == MAX_LAUNCHER_REQUESTS  # past the cap the candidate builds its own
+    assert answers[0] == {"path": "/job/launcher.so"} and "error" in answers[-1]
