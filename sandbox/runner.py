@@ -273,8 +273,10 @@ class JobRunner:
                 job["budget_s"] = min(job["budget_s"], max(0.5, timeout_s - waited - 0.5))
             problem_key = source_key(job["problem"] + job["format"])
             job["known_baselines"] = dict(self._baselines.get(problem_key, {}))
+            already_measuring = problem_key in self._measuring
             waiting_for = self._claim_baselines(problem_key, job)
-            owner = job["timing"] and not job["known_baselines"] and waiting_for is None
+            # The job that has just opened the measurement is the one that publishes it.
+            owner = not already_measuring and problem_key in self._measuring
             # The grading task owns the worker until the worker answers, even when
             # this call is cancelled (a client's deadline): a worker never receives a
             # job while it still owes the previous reply.

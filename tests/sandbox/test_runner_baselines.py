@@ -64,3 +64,16 @@ def test_an_owner_that_measured_nothing_lets_the_next_job_measure(tmp_path: Path
     result, claim = asyncio.run(scenario())
     assert result.speedup_vs_eager is None
     assert claim is None  # no one is measuring: the next job becomes the owner
+
+
+def test_an_untimed_job_neither_measures_nor_waits(tmp_path: Path) -> None:
+    async def scenario() -> tuple[Any, ...]:
+        runner = JobRunner(SandboxConfig(device="cpu", job_root=str(tmp_path)))
+        runner.device = "cuda"
+        runner._claim_baselines("p", _job())
+        untimed = _job() | {"timing": False}
+        return runner._claim_baselines("p", untimed), untimed, "p" in runner._measuring
+
+    claim, untimed, still_measuring = asyncio.run(scenario())
+    assert claim is None and "defer_baselines" not in untimed
+    assert still_measuring  # the owner's measurement is left alone
