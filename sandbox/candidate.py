@@ -56,10 +56,11 @@ class Harness:
             launchers.install_candidate_hook(self.ask)
             from triton.runtime import driver
 
-            from sandbox.timing import bind_clock
+            from sandbox.timing import SPIN_RATE_ENV, bind_clock
 
             torch.cuda.init()
-            self.clock = bind_clock()
+            spin_rate = os.environ.get(SPIN_RATE_ENV)
+            self.clock = bind_clock(float(spin_rate) if spin_rate else None)
             driver.active.utils  # noqa: B018 - loads (or builds) the driver helpers now
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False

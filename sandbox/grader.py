@@ -11,7 +11,6 @@ PyTorch and torch.compile on a GPU. All comparisons happen here.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import platform
 import secrets
@@ -34,6 +33,7 @@ from sandbox.config import (
     SandboxConfig,
 )
 from sandbox.gpu_budget import BudgetTimeout, GpuMemoryBudget, estimate_gib
+from sandbox.gpu_gate import GpuGate, SharedHold
 from sandbox.isolation import Limits, hand_over
 from sandbox.launchers import LauncherCache
 from sandbox.problem import Problem, ProblemError, load_problem, source_key
@@ -44,6 +44,15 @@ from sandbox.zygote import CANDIDATE_NICE, TIMED_NICE, Zygote, ZygoteError
 
 SANDBOX_VERSION = "0.1.0"
 PROCESS_START_BUDGET_S = 120.0
+# A candidate call may hold its job's share of the GPU this long (`sandbox.gpu_gate`);
+# past it the call goes on without, so a slow or hanging candidate holds up the timed
+# loops of other jobs for this long at most.
+SHARED_LEASE_S = 1.0
+# A timed loop has the GPU alone for at most this long, plus TIMING_LEASE_FACTOR times
+# what its runs would take at the pace of the slowest correctness trial; a loop that
+# overruns that is killed (a `timeout`): it was not the kernel its trials showed.
+TIMING_LEASE_S = 5.0
+TIMING_LEASE_FACTOR = 3.0
 
 
 @dataclass
@@ -120,6 +129,10 @@ def gpu_budget_gib(workers: int) -> int:
     return max(1, int(0.9 * total) - contexts)
 
 
+def _add_stage(result: VerifyResult, name: str, seconds: float) -> None:
+    result.stage_seconds[name] = result.stage_seconds.get(name, 0.0) + seconds
+
+
 @contextlib.contextmanager
 def _stage(result: VerifyResult, name: str) -> Iterator[None]:
     """Add the wall time of the block to `result.stage_seconds[name]`."""
@@ -127,8 +140,7 @@ def _stage(result: VerifyResult, name: str) -> Iterator[None]:
     try:
         yield
     finally:
-        spent = time.monotonic() - started
-        result.stage_seconds[name] = result.stage_seconds.get(name, 0.0) + spent
+        _add_stage(result, name, time.monotonic() - started)
 
 
 @contextlib.contextmanager
@@ -166,11 +178,14 @@ class Grader:
         torch.backends.cudnn.allow_tf32 = False
         self.gpu_budget: GpuMemoryBudget | None = None
         self.launchers: LauncherCache | None = None
+        self.gate: GpuGate | None = None
         if device == "cuda":
             self.launchers = LauncherCache(os.path.join(config.job_root, "launchers"))
             from sandbox.timing import bind_clock
 
-            self.clock = bind_clock()
+            self.gate = GpuGate(config.job_root)
+            with self.gate.exclusive():  # the spin rate, measured with the GPU to itself
+                self.clock = bind_clock()
             self.gpu_budget = GpuMemoryBudget(
                 os.path.join(config.job_root, "gpu-memory.budget"),
                 gpu_budget_gib(config.workers),
@@ -203,7 +218,12 @@ class Grader:
 
     def _spawn(self) -> CandidateProcess:
         return CandidateProcess(
-            self._zygote_alive(), self.config.job_root, self.device, self.limits, self.launchers
+            self._zygote_alive(),
+            self.config.job_root,
+            self.device,
+            self.limits,
+            self.launchers,
+            self.clock.cycles_per_us if self.clock is not None else None,
         )
 
     def prestart(self) -> None:
@@ -309,7 +329,7 @@ class Grader:
             )
             self._reserve_gpu(entry, deadline, result, held)
             try:
-                with _stage(result, "problem"):
+                with self._shared(result), _stage(result, "problem"):
                     reason = self._degenerate(entry, atol, rtol)
             except torch.cuda.OutOfMemoryError:
                 raise  # the GPU is full, which is not the problem's fault
@@ -410,6 +430,7 @@ class Grader:
         deadline: float,
         atol: float,
         rtol: float,
+        hold: SharedHold | None = None,
     ) -> tuple[compare.Comparison, dict[str, Any]]:
         in_specs = self._write(proc, "in", inputs, writable=False)
         out_specs = self._write(proc, "out", expected, writable=True)
@@ -417,6 +438,7 @@ class Grader:
         after_specs = self._write(proc, "after", inputs, writable=False)
         reply = proc.request(
             deadline,
+            lease=(SHARED_LEASE_S, hold.release) if hold is not None and hold.held else None,
             cmd="run",
             inputs=in_specs,
             outputs=out_specs,
@@ -503,47 +525,44 @@ class Grader:
             )
 
         base_seed = job.seed if job.seed is not None else secrets.randbits(48)
+        if self.gate is not None:
+            # Triton compiles on the first launch: seconds of CPU, spent here while the
+            # job holds no share of the GPU, so that timed loops elsewhere need not wait.
+            with self._shared(result):
+                inputs = problem.make_inputs(base_seed + 4000)
+            with _stage(result, "compile"):
+                self._compile(proc, inputs, deadline)
         previous: list[torch.Tensor] | None = None
         previous_refs: list[torch.Tensor] | None = None
         launches = 0
+        slowest_call = 0.0  # seconds, of the trials after the first (which may autotune)
         for index in range(job.trials):
-            inputs = problem.make_inputs(base_seed + index)
-            expected = problem.reference(inputs)
-            self._check_reference(expected)
-            # The first run includes Triton's JIT compilation of the candidate's kernels.
-            with _stage(result, "first_trial" if index == 0 else "trials"):
-                comparison, reply = self._run(
-                    proc, inputs, expected, "normal", deadline, atol, rtol
+            with self._shared(result) as hold:
+                inputs = problem.make_inputs(base_seed + index)
+                expected = problem.reference(inputs)
+                self._check_reference(expected)
+                called = time.monotonic()
+                with _stage(result, "first_trial" if index == 0 else "trials"):
+                    comparison, reply = self._run(
+                        proc, inputs, expected, "normal", deadline, atol, rtol, hold
+                    )
+                if index > 0 or job.trials == 1:
+                    slowest_call = max(slowest_call, time.monotonic() - called)
+                previous = self._check_trial(
+                    index, proc, comparison, reply, expected, previous, previous_refs, result
                 )
+                previous_refs = expected
             launches = max(launches, int(reply.get("launches", 0)))
-            outcome = TrialOutcome(
-                index=index,
-                passed=comparison.passed,
-                max_abs_error=comparison.max_abs_error,
-                max_rel_error=comparison.max_rel_error,
-                mismatch_fraction=comparison.mismatch_fraction,
-                message=comparison.message,
-            )
-            result.trials.append(outcome)
-            if not comparison.passed:
-                hint = ""
-                if (
-                    previous is not None
-                    and previous_refs is not None
-                    and self._same(previous, self._outputs(proc, expected))
-                ):
-                    hint = " (the same output as for the previous, different inputs: cached?)"
-                raise Rejected("wrong_output", f"trial {index}: {comparison.message}{hint}")
-            previous, previous_refs = self._outputs(proc, expected), expected
-            if reply.get("launches", 0) == 0:
-                raise Rejected("no_triton_kernel", "no Triton kernel was launched")
         result.kernel_launches = launches
 
         # Fallback: PyTorch compute poisoned with NaN; the answer must not change.
-        inputs = problem.make_inputs(base_seed + 1000)
-        expected = problem.reference(inputs)
-        with _stage(result, "poison_check"):
-            comparison, _ = self._run(proc, inputs, expected, "poison", deadline, atol, rtol)
+        with self._shared(result) as hold:
+            inputs = problem.make_inputs(base_seed + 1000)
+            expected = problem.reference(inputs)
+            with _stage(result, "poison_check"):
+                comparison, _ = self._run(
+                    proc, inputs, expected, "poison", deadline, atol, rtol, hold
+                )
         if not comparison.passed:
             raise Rejected(
                 "torch_fallback",
@@ -551,10 +570,13 @@ class Grader:
                 "the answer is computed by PyTorch, not Triton",
             )
         # Converse: Triton launches turned off; the answer must change.
-        inputs = problem.make_inputs(base_seed + 2000)
-        expected = problem.reference(inputs)
-        with _stage(result, "noop_check"):
-            comparison, _ = self._run(proc, inputs, expected, "noop", deadline, atol, rtol)
+        with self._shared(result) as hold:
+            inputs = problem.make_inputs(base_seed + 2000)
+            expected = problem.reference(inputs)
+            with _stage(result, "noop_check"):
+                comparison, _ = self._run(
+                    proc, inputs, expected, "noop", deadline, atol, rtol, hold
+                )
         if comparison.passed:
             raise Rejected(
                 "torch_fallback",
@@ -563,8 +585,50 @@ class Grader:
             )
         self._check_log_cap(proc)
         if job.timing and self.clock is not None:
-            self._time(job, entry, proc, deadline, atol, rtol, base_seed, result)
+            self._time(entry, proc, deadline, atol, rtol, base_seed, slowest_call, result)
         result.message = f"correct on {job.trials} trials"
+
+    def _check_trial(
+        self,
+        index: int,
+        proc: CandidateProcess,
+        comparison: compare.Comparison,
+        reply: dict[str, Any],
+        expected: list[torch.Tensor],
+        previous: list[torch.Tensor] | None,
+        previous_refs: list[torch.Tensor] | None,
+        result: VerifyResult,
+    ) -> list[torch.Tensor]:
+        """Record one trial; reject a wrong or kernel-less one. Returns its outputs."""
+        result.trials.append(
+            TrialOutcome(
+                index=index,
+                passed=comparison.passed,
+                max_abs_error=comparison.max_abs_error,
+                max_rel_error=comparison.max_rel_error,
+                mismatch_fraction=comparison.mismatch_fraction,
+                message=comparison.message,
+            )
+        )
+        outputs = self._outputs(proc, expected)
+        if not comparison.passed:
+            hint = ""
+            if previous is not None and previous_refs is not None and self._same(previous, outputs):
+                hint = " (the same output as for the previous, different inputs: cached?)"
+            raise Rejected("wrong_output", f"trial {index}: {comparison.message}{hint}")
+        if reply.get("launches", 0) == 0:
+            raise Rejected("no_triton_kernel", "no Triton kernel was launched")
+        return outputs
+
+    def _compile(self, proc: CandidateProcess, inputs: list[Any], deadline: float) -> None:
+        """Run the candidate once with launches that compile and load but run nothing.
+
+        What fails here fails again in the first trial, which reports it.
+        """
+        in_specs = self._write(proc, "warm", inputs, writable=False)
+        proc.request(
+            deadline, cmd="run", inputs=in_specs, outputs=[], inputs_after=[], mode="compile"
+        )
 
     def _outputs(self, proc: CandidateProcess, expected: list[torch.Tensor]) -> list[torch.Tensor]:
         return [
@@ -630,9 +694,9 @@ class Grader:
                     functions["torch_compile"] = compiled
                 except Exception:  # noqa: BLE001 - reported as a missing baseline
                     functions["torch_compile"] = None
-        inputs = problem.make_inputs(seed + 3000)
         runs, warmup = self.config.timing_runs, self.config.timing_warmup
-        with self._gpu_lock(result), torch.no_grad():
+        with self._exclusive(result), torch.no_grad():
+            inputs = problem.make_inputs(seed + 3000)
             for name in names:
                 fn = functions.get(name)
                 value: float | None = None
@@ -647,40 +711,62 @@ class Grader:
 
     def _time(
         self,
-        job: Job,
         entry: _ProblemEntry,
         proc: CandidateProcess,
         deadline: float,
         atol: float,
         rtol: float,
         base_seed: int,
+        slowest_call_s: float,
         result: VerifyResult,
     ) -> None:
         """Time the candidate: CUDA events per run, cross-checked by this process's clock.
 
         The candidate cannot patch this process's clock: a rigged event timer shows up
         as host time above the reported median, and then the host time counts. The
-        outputs of both timed loops are checked afterwards.
+        outputs of both timed loops are checked afterwards. Each loop has the GPU to
+        itself, for a lease its trials' pace bounds (TIMING_LEASE_S).
         """
         from sandbox.timing import reported_ms, summarize
 
         problem = entry.problem
-        with _stage(result, "timing_io"):
+        with self._shared(result), _stage(result, "timing_io"):
             inputs = problem.make_inputs(base_seed + 3000)
             expected = problem.reference(inputs)
             self._stage_inputs(proc, inputs, deadline)
         runs, warmup = self.config.timing_runs, self.config.timing_warmup
-        with self._gpu_lock(result), _raised_priority(proc):
-            events = proc.request(deadline, cmd="time", slot="events", runs=runs, warmup=warmup)
-            if events.get("ok"):
-                started = time.perf_counter()
-                proc.request(deadline, cmd="ping")
-                round_trip = time.perf_counter() - started
-                started = time.perf_counter()
-                wall = proc.request(
-                    deadline, cmd="time", slot="wall", runs=runs, warmup=0, wall=True
+        lease_s = TIMING_LEASE_S + TIMING_LEASE_FACTOR * (runs + warmup + 1) * slowest_call_s
+        with self._exclusive(result), _raised_priority(proc):
+            try:
+                events = proc.request(
+                    min(deadline, time.monotonic() + lease_s),
+                    cmd="time",
+                    slot="events",
+                    runs=runs,
+                    warmup=warmup,
                 )
-                wall_s = time.perf_counter() - started - round_trip
+                if events.get("ok"):
+                    started = time.perf_counter()
+                    proc.request(deadline, cmd="ping")
+                    round_trip = time.perf_counter() - started
+                    started = time.perf_counter()
+                    wall = proc.request(
+                        min(deadline, time.monotonic() + lease_s),
+                        cmd="time",
+                        slot="wall",
+                        runs=runs,
+                        warmup=0,
+                        wall=True,
+                    )
+                    wall_s = time.perf_counter() - started - round_trip
+            except CandidateDied as death:
+                if death.verdict == "timeout" and time.monotonic() < deadline:
+                    raise CandidateDied(
+                        "timeout",
+                        f"a timed loop ran past {lease_s:.1f} s, far longer than its "
+                        f"correctness trials ({slowest_call_s:.3f} s per call) predict",
+                    ) from None
+                raise
         for reply in (events,) if not events.get("ok") else (events, wall):
             if not reply.get("ok"):
                 raise Rejected(
@@ -689,7 +775,7 @@ class Grader:
         times = [float(t) for t in events.get("times", [])]
         if len(times) != runs or not all(t > 0 for t in times):
             raise Rejected("tampering", "the timing loop returned impossible measurements")
-        with _stage(result, "timing_io"):
+        with self._shared(result), _stage(result, "timing_io"):
             slots = {
                 slot: self._write(
                     proc, f"timed_{slot}_{secrets.token_hex(8)}_", expected, writable=True
@@ -709,14 +795,22 @@ class Grader:
         result.timing_runs = runs
 
     @contextlib.contextmanager
-    def _gpu_lock(self, result: VerifyResult) -> Iterator[None]:
-        """One kernel at a time on the GPU, host-wide: concurrent timing distorts both.
+    def _shared(self, result: VerifyResult) -> Iterator[SharedHold | None]:
+        """A share of the GPU for correctness work (`sandbox.gpu_gate`); None without one."""
+        if self.gate is None:
+            yield None
+            return
+        with self.gate.shared() as hold:
+            _add_stage(result, "gpu_wait", hold.waited_s)
+            yield hold
 
-        Held only around timed loops; staging and comparing happen outside it.
-        """
-        with open(os.path.join(self.config.job_root, "gpu-timing.lock"), "w") as lock:
-            with _stage(result, "timing_wait"):
-                fcntl.flock(lock, fcntl.LOCK_EX)
+    @contextlib.contextmanager
+    def _exclusive(self, result: VerifyResult) -> Iterator[None]:
+        """The GPU alone, host-wide, for a timed loop: concurrent work distorts timings."""
+        if self.gate is None:
+            raise RuntimeError("timing needs a GPU")
+        with self.gate.exclusive() as waited:
+            _add_stage(result, "timing_wait", waited)
             with _stage(result, "timing"):
                 yield
 

@@ -8,6 +8,11 @@ grader's process, and `intact()` reports tampering with the instruments).
 
 - Launch counting: wraps `JITFunction.run` (and the interpreter's equivalent).
   In "noop" mode launches do nothing, so an answer that survives is not Triton's.
+  In "compile" mode a launch compiles and loads its kernel but runs nothing (an
+  autotuned kernel compiles every config it would try, and tunes nothing): the
+  grader runs the candidate so once on a GPU, before its trials, so that compiling
+  (seconds of CPU) happens while the job holds no share of the GPU. Under the CPU
+  interpreter, which cannot benchmark, an autotuned kernel runs its first config.
   A real launch runs with the dispatch guard suspended (the CPU interpreter moves
   tensors with ATen ops of its own).
 - Fallback poisoning: a `TorchDispatchMode` sees every ATen op however it was
@@ -22,6 +27,7 @@ grader's process, and `intact()` reports tampering with the instruments).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -82,7 +88,7 @@ class _State(threading.local):
 
 _state = _State()
 launches = 0
-launch_mode = "normal"  # "normal" or "noop"
+launch_mode = "normal"  # "normal", "noop" or "compile"
 # Captured before any candidate code runs: our way to step outside the guard.
 _stack_len = torch._C._len_torch_dispatch_stack
 _stack_pop = torch._C._pop_torch_dispatch_stack
@@ -146,6 +152,18 @@ class PoisonMode(TorchDispatchMode):
 _LAUNCHER_CLASSES: list[type] = []
 
 
+def _compile_only(run: Callable[..., Any], fn: Any, args: Any, kwargs: dict[str, Any]) -> None:
+    """Compile and load the kernel a launch would run, without running it."""
+    try:
+        with _suspend_modes():
+            kernel = run(fn, *args, **{**kwargs, "warmup": True})
+            load = getattr(kernel, "_init_handles", None)
+            if callable(load):
+                load()  # the module on the GPU, and the launcher
+    except Exception:  # noqa: BLE001 - the real launch that follows reports it
+        pass
+
+
 def _wrap_launcher(run: Callable[..., Any]) -> Callable[..., Any]:
     def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         global launches
@@ -153,6 +171,9 @@ def _wrap_launcher(run: Callable[..., Any]) -> Callable[..., Any]:
             return run(self, *args, **kwargs)
         if type(self) not in _LAUNCHER_CLASSES:
             raise TamperingDetected("a Triton launcher was called on a foreign object")
+        if launch_mode == "compile":
+            _compile_only(run, self, args, kwargs)
+            return None
         launches += 1
         if launch_mode == "noop":
             return None
@@ -161,6 +182,40 @@ def _wrap_launcher(run: Callable[..., Any]) -> Callable[..., Any]:
 
     counted_run.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
     return counted_run
+
+
+def _untuned_run(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The interpreter cannot benchmark: run the first config the tuner would try."""
+    tuner.nargs = dict(zip(tuner.arg_names, args, strict=False))
+    try:
+        config = tuner.prune_configs(kwargs)[0]
+        tuner.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**tuner.nargs, **kwargs, **config.all_kwargs()})
+        return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+    finally:
+        tuner.nargs = None
+
+
+def _wrap_autotuner(run: Callable[..., Any], interpreted: bool) -> Callable[..., Any]:
+    def tuned_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if launch_mode != "compile":
+            return _untuned_run(self, args, kwargs) if interpreted else run(self, *args, **kwargs)
+        # Compile every config the tuner would try; benchmark nothing, cache nothing.
+        try:
+            self.nargs = dict(zip(self.arg_names, args, strict=False))
+            configs = list(self.prune_configs(kwargs))
+        except Exception:  # noqa: BLE001 - the real launch that follows reports it
+            configs = []
+        finally:
+            self.nargs = None
+        for config in configs:
+            with contextlib.suppress(Exception):
+                self.fn.run(*args, **kwargs, **config.all_kwargs())
+        return None
+
+    tuned_run.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
+    return tuned_run
 
 
 def _while_candidate(
@@ -227,6 +282,12 @@ def install() -> None:
             cls.run = _wrap_launcher(cls.run)
         if cls not in _LAUNCHER_CLASSES:
             _LAUNCHER_CLASSES.append(cls)
+    with contextlib.suppress(ImportError):
+        from triton.runtime.autotuner import Autotuner
+
+        if not getattr(Autotuner.run, "__drtriton_wrapper__", False):
+            interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+            Autotuner.run = _wrap_autotuner(Autotuner.run, interpreted)
     for owner, name, error, message in _blocked_calls():
         original = getattr(owner, name)
         if not getattr(original, "__drtriton_wrapper__", False):
@@ -253,7 +314,7 @@ class candidate_call:
     """Context for one call of the candidate: sets the launch mode, arms poisoning."""
 
     def __init__(self, mode: str) -> None:
-        if mode not in ("normal", "poison", "noop"):
+        if mode not in ("normal", "poison", "noop", "compile"):
             raise ValueError(mode)
         self.mode = mode
         self.poison: PoisonMode | None = PoisonMode() if mode == "poison" else None
@@ -261,7 +322,7 @@ class candidate_call:
     def __enter__(self) -> candidate_call:
         global launches, launch_mode
         launches = 0
-        launch_mode = "noop" if self.mode == "noop" else "normal"
+        launch_mode = self.mode if self.mode in ("noop", "compile") else "normal"
         if self.poison is not None:
             self.poison.armed = True
             self.poison.__enter__()

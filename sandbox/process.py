@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from multiprocessing import Pipe
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from sandbox.isolation import (
     namespaces_available,
 )
 from sandbox.launchers import LauncherCache
+from sandbox.timing import SPIN_RATE_ENV
 from sandbox.zygote import Zygote
 
 MAX_REPLY_BYTES = 1 << 20
@@ -46,8 +48,14 @@ class CandidateDied(Exception):
         self.message = message
 
 
-def candidate_env(job_dir: str, device: str) -> dict[str, str]:
-    """The whole environment of a candidate (and of the zygote, with its own directory)."""
+def candidate_env(
+    job_dir: str, device: str, spin_cycles_per_us: float | None = None
+) -> dict[str, str]:
+    """The whole environment of a candidate (and of the zygote, with its own directory).
+
+    `spin_cycles_per_us` is the grader's measure of the GPU's spin rate (`sandbox.timing`),
+    taken with the GPU to itself: a candidate measuring it beside busy jobs would not be.
+    """
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": job_dir,
@@ -67,6 +75,8 @@ def candidate_env(job_dir: str, device: str) -> dict[str, str]:
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
+    if spin_cycles_per_us is not None:
+        env[SPIN_RATE_ENV] = repr(spin_cycles_per_us)
     extra = os.environ.get("DRTRITON_CANDIDATE_PYTHONPATH")
     if extra:
         env["PYTHONPATH"] = f"{REPO_ROOT}:{extra}"
@@ -110,6 +120,7 @@ class CandidateProcess:
         device: str,
         limits: Limits,
         launchers: LauncherCache | None = None,
+        spin_cycles_per_us: float | None = None,
     ) -> None:
         self.device = device
         self.launchers = launchers
@@ -141,7 +152,7 @@ class CandidateProcess:
         try:
             self.proc = zygote.spawn(
                 job_dir=self.job_dir,
-                env=candidate_env(self.job_dir, device),
+                env=candidate_env(self.job_dir, device, spin_cycles_per_us),
                 limits=limits,
                 cgroup_dirs=[str(p) for p in self.cgroup.dirs] if self.cgroup else [],
                 namespaces=namespaces_available(),
@@ -211,11 +222,26 @@ class CandidateProcess:
             self.ready_info = reply
         return self.ready_info
 
-    def request(self, deadline: float, **message: Any) -> dict[str, Any]:
+    def request(
+        self,
+        deadline: float,
+        lease: tuple[float, Callable[[], None]] | None = None,
+        **message: Any,
+    ) -> dict[str, Any]:
+        """Send one command and wait for its reply until `deadline`.
+
+        With `lease=(seconds, expire)`, `expire()` is called once if no reply has come
+        within `seconds` (the grader then gives up its shared hold on the GPU).
+        """
         try:
             self.conn.send(message)
         except (BrokenPipeError, OSError):
             raise self._death() from None
+        if lease is not None:
+            seconds, expire = lease
+            wait = min(seconds, deadline - time.monotonic())
+            if wait <= 0 or not self.conn.poll(wait):
+                expire()
         return self._receive(deadline)
 
     # -- ending ---------------------------------------------------------------------

@@ -24,6 +24,8 @@ from typing import Any
 
 L2_FLUSH_BYTES = 256 * 2**20  # several times the L2 of current GPUs
 LAUNCH_COVER_US = 100.0  # longer than the host needs to launch a few kernels
+# The grader hands its measured spin rate to candidates in this variable.
+SPIN_RATE_ENV = "DRTRITON_SPIN_CYCLES_PER_US"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class Clock:
     synchronize: Callable[[], None]
     flush: Callable[[], None]
     busy: Callable[[], None]
+    cycles_per_us: float
 
 
 def _cycles_per_us(
@@ -53,7 +56,8 @@ def _cycles_per_us(
     return cycles / max(1e-3, start.elapsed_time(end) * 1e3)
 
 
-def bind_clock() -> Clock:
+def bind_clock(cycles_per_us: float | None = None) -> Clock:
+    """The timing builtins, bound now; `cycles_per_us` skips measuring the spin rate."""
     import torch
 
     base = torch._C._CudaEventBase
@@ -63,7 +67,9 @@ def bind_clock() -> Clock:
     current_stream = torch.cuda.current_stream
     synchronize = torch._C._cuda_synchronize
     sleep = torch.cuda._sleep
-    cover = int(LAUNCH_COVER_US * _cycles_per_us(sleep, base, synchronize))
+    if cycles_per_us is None or not cycles_per_us > 0:
+        cycles_per_us = _cycles_per_us(sleep, base, synchronize)
+    cover = int(LAUNCH_COVER_US * cycles_per_us)
     return Clock(
         event_type=base,
         record=lambda event: record(event, current_stream()),
@@ -71,6 +77,7 @@ def bind_clock() -> Clock:
         synchronize=synchronize,
         flush=lambda: zero(flush_buffer),
         busy=lambda: sleep(cover),
+        cycles_per_us=cycles_per_us,
     )
 
 

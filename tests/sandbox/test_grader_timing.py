@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from sandbox.config import SandboxConfig
-from sandbox.grader import Grader, Job, Rejected, _ProblemEntry
+from sandbox.gpu_gate import GpuGate
+from sandbox.grader import Grader, Rejected, _ProblemEntry
+from sandbox.process import CandidateDied
 from sandbox.problem import load_problem
 from sandbox.result import VerifyResult
 
@@ -43,6 +45,7 @@ class ScriptedCandidate:
         self.compute = compute
         self.event_ms = event_ms
         self.wall_delay_s = 0.0
+        self.hang = False  # the timed loop never ends (until the deadline kills it)
         self.staged: list[torch.Tensor] = []
         self.timed: dict[str, torch.Tensor] = {}
         self.commands: list[str] = []
@@ -63,6 +66,9 @@ class ScriptedCandidate:
                 ).copy_(out.reshape(-1))
             return {"ok": True}
         assert msg["cmd"] == "time"
+        if self.hang:
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            raise CandidateDied("timeout", "exceeded its time budget")
         self.timed[msg["slot"]] = self.compute(*self.staged)
         if msg.get("wall"):
             time.sleep(self.wall_delay_s)
@@ -74,15 +80,15 @@ class ScriptedCandidate:
 def timed(tmp_path: Path) -> Any:
     config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5)
     grader = Grader(config, "cpu")
+    grader.gate = GpuGate(str(tmp_path))  # what a GPU grader has; timing takes it alone
     entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
     job_dir = tmp_path / "job"
     job_dir.mkdir()
 
     def run(candidate: ScriptedCandidate) -> VerifyResult:
         result = VerifyResult(verdict="correct")
-        job = Job(problem=PROBLEM, candidate="", baselines=("eager",))
         deadline = time.monotonic() + 60
-        grader._time(job, entry, candidate, deadline, 1e-4, 1e-4, 1, result)  # type: ignore[arg-type]
+        grader._time(entry, candidate, deadline, 1e-4, 1e-4, 1, 0.001, result)  # type: ignore[arg-type]
         return result
 
     yield job_dir, run
@@ -97,6 +103,24 @@ def test_honest_timing_reports_the_event_median(timed: Any) -> None:
     assert {"timing_io", "timing_wait", "timing"} <= set(result.stage_seconds)
     # Outputs are fetched after both timed loops, never inside them.
     assert candidate.commands == ["stage", "time", "ping", "time", "fetch"]
+
+
+def test_a_timed_loop_that_outlasts_its_lease_is_killed_as_a_timeout(
+    timed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop far slower than its trials would hold every other job's GPU work: bounded."""
+    import sandbox.grader
+
+    monkeypatch.setattr(sandbox.grader, "TIMING_LEASE_S", 0.3)
+    job_dir, run = timed
+    candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=1.0)
+    candidate.hang = True
+    started = time.monotonic()
+    with pytest.raises(CandidateDied) as died:
+        run(candidate)
+    assert died.value.verdict == "timeout"
+    assert "timed loop ran past" in died.value.message
+    assert time.monotonic() - started < 5  # the lease, not the job's 60 s deadline
 
 
 def test_speedups_come_from_the_baselines_and_flag_implausible_ones() -> None:
@@ -153,6 +177,7 @@ def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
         synchronize=lambda: log.append("sync"),
         flush=lambda: log.append("flush"),
         busy=lambda: log.append("busy"),
+        cycles_per_us=1.0,
     )
     times = time_cuda(lambda: log.append("call"), clock, runs=2, warmup=1)
     assert log == ["call", "sync"] + ["flush", "busy", "record", "call", "record", "sync"] * 2 + [

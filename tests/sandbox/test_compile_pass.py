@@ -1,0 +1,136 @@
+"""Compiling before a job takes its share of the GPU, and giving the share up when slow.
+
+The compile pass needs a GPU to compile for real (the interpreter compiles nothing);
+here the launch and tuner wrappers run against stand-ins for Triton's objects, so
+what they do in each mode is pinned on the CPU. The GPU suites run the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from multiprocessing import Pipe
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sandbox import guard
+from sandbox.process import CandidateProcess
+
+
+class FakeKernel:
+    def __init__(self) -> None:
+        self.loaded = False
+
+    def _init_handles(self) -> None:
+        self.loaded = True
+
+
+class FakeJit:
+    """Stands for `JITFunction`: `run(..., warmup=True)` compiles, otherwise launches."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.kernel = FakeKernel()
+        self.calls: list[bool] = []
+        self.fail = fail
+
+    def run(self, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
+        self.calls.append(warmup)
+        if self.fail:
+            raise RuntimeError("CompilationError: bad kernel")
+        return self.kernel
+
+
+@pytest.fixture
+def launcher(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(guard, "_LAUNCHER_CLASSES", [FakeJit])
+    return guard._wrap_launcher(lambda self, *a, **k: FakeJit.run(self, *a, **k))
+
+
+def test_a_compile_launch_compiles_and_loads_but_runs_nothing(launcher: Any) -> None:
+    fn = FakeJit()
+    with guard.candidate_call("compile"):
+        assert launcher(fn, 1, grid=(1,), warmup=False) is None
+    assert fn.calls == [True]  # compiled through Triton's warm-up path only
+    assert fn.kernel.loaded  # module and launcher loaded ahead of the trials
+    assert guard.launches == 0  # not a launch: the trials count launches
+    with guard.candidate_call("normal"):
+        launcher(fn, 1, grid=(1,), warmup=False)
+    assert fn.calls == [True, False] and guard.launches == 1
+
+
+def test_a_kernel_that_fails_to_compile_is_left_for_the_first_trial(launcher: Any) -> None:
+    fn = FakeJit(fail=True)
+    with guard.candidate_call("compile"):
+        assert launcher(fn, 1, grid=(1,), warmup=False) is None
+    with guard.candidate_call("normal"), pytest.raises(RuntimeError, match="CompilationError"):
+        launcher(fn, 1, grid=(1,), warmup=False)
+
+
+def test_an_autotuned_kernel_compiles_every_config_and_tunes_nothing() -> None:
+    compiled: list[dict[str, Any]] = []
+    tuned: list[str] = []
+
+    class Config:
+        def __init__(self, block: int) -> None:
+            self.block = block
+
+        def all_kwargs(self) -> dict[str, Any]:
+            return {"BLOCK": self.block}
+
+    class FakeTuner:
+        arg_names = ["x", "n"]
+        cache: dict[Any, Any] = {}
+        nargs: Any = None
+        fn = SimpleNamespace(run=lambda *a, **k: compiled.append(k))
+
+        def prune_configs(self, kwargs: dict[str, Any]) -> list[Config]:
+            assert self.nargs == {"x": "X", "n": 7}  # pruning sees the arguments
+            return [Config(64), Config(128)]
+
+    run = guard._wrap_autotuner(lambda self, *a, **k: tuned.append("benchmarked"), False)
+    tuner = FakeTuner()
+    with guard.candidate_call("compile"):
+        assert run(tuner, "X", 7, grid=(1,), warmup=False) is None
+    assert [k["BLOCK"] for k in compiled] == [64, 128]
+    assert tuned == [] and tuner.cache == {} and tuner.nargs is None
+    with guard.candidate_call("normal"):
+        run(tuner, "X", 7, grid=(1,), warmup=False)
+    assert tuned == ["benchmarked"]
+
+
+def _bare_process() -> tuple[CandidateProcess, Any]:
+    proc = CandidateProcess.__new__(CandidateProcess)
+    proc.conn, child = Pipe(duplex=True)
+    proc.launchers = None
+    proc.launcher_requests = 0
+    proc.proc = SimpleNamespace(poll=lambda: None)
+    return proc, child
+
+
+def _answer_after(child: Any, seconds: float) -> threading.Thread:
+    def answer() -> None:
+        child.recv()
+        time.sleep(seconds)
+        child.send_bytes(json.dumps({"ok": True}).encode())
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("reply_after", "expired"), [(0.0, 0), (0.5, 1)])
+def test_a_slow_reply_ends_the_lease_once_and_still_arrives(
+    reply_after: float, expired: int
+) -> None:
+    proc, child = _bare_process()
+    ends: list[float] = []
+    thread = _answer_after(child, reply_after)
+    reply = proc.request(
+        time.monotonic() + 10, lease=(0.2, lambda: ends.append(time.monotonic())), cmd="run"
+    )
+    thread.join()
+    assert reply == {"ok": True}
+    assert len(ends) == expired
