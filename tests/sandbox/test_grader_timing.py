@@ -20,8 +20,8 @@ import torch
 from sandbox.config import SandboxConfig
 from sandbox.gpu_gate import GpuGate
 from sandbox.grader import Grader, Rejected, _ProblemEntry
-from sandbox.process import CandidateDied
 from sandbox.problem import load_problem
+from sandbox.process import CandidateDied
 from sandbox.result import VerifyResult
 
 PROBLEM = """
