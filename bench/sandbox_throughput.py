@@ -376,6 +376,7 @@ class Row:
     stages: dict[str, list[float]] = field(default_factory=dict)
     startup_s: float = 0.0
     plain_count: int = 0
+    cpu_busy: float | None = None  # fraction of the host's CPU busy during the sandbox run
 
     @property
     def sandbox_rate(self) -> float:
@@ -398,9 +399,21 @@ def spread(values: list[float]) -> str:
 
 
 STAGE_ORDER = (
-    "queue", "problem", "gpu_memory_wait", "start", "load", "first_trial", "trials",
-    "poison_check", "noop_check", "baseline_compile", "timing_io", "timing_wait", "timing",
+    "queue", "problem", "gpu_memory_wait", "start", "load", "compile", "gpu_wait",
+    "first_trial", "trials", "poison_check", "noop_check", "baseline_compile", "timing_io",
+    "timing_wait", "timing", "timed_loops",
 )  # fmt: skip
+
+
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole host so far, from /proc/stat (0, 0 elsewhere)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [float(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0, 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def stage_table(rows: list[Row]) -> list[str]:
@@ -435,9 +448,9 @@ def render(
         "Plain harness: one process per candidate, reference and candidate in it, "
         "5 trials" + (", CUDA-event timing of candidate and eager" if timing else "") + ".",
         "",
-        "| workers | per problem | candidates | server start s | sandbox verif/s "
+        "| workers | per problem | candidates | server start s | sandbox verif/s | host CPU busy "
         "| plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
@@ -447,6 +460,7 @@ def render(
             str(row.count),
             f"{row.startup_s:.1f}",
             f"{row.sandbox_rate:.3f}",
+            f"{100 * row.cpu_busy:.0f}%" if row.cpu_busy is not None else "n/a",
             f"{row.plain_rate:.3f} ({row.plain_count})" if row.plain_s else "n/a",
             ratio,
             ", ".join(f"{k} {v}" for k, v in sorted(row.sandbox_verdicts.items())),
@@ -577,8 +591,12 @@ def main(argv: list[str] | None = None) -> int:
                         for c in cases
                     ]
                     started = time.monotonic()
+                    busy_before, total_before = cpu_times()
                     results = verify_logged(client, items, 2 * workers)
                     row.sandbox_s = time.monotonic() - started
+                    busy_after, total_after = cpu_times()
+                    if total_after > total_before:
+                        row.cpu_busy = (busy_after - busy_before) / (total_after - total_before)
                     row.sandbox_verdicts = Counter(r.verdict for r in results)
                     for case, result in zip(cases, results, strict=True):
                         for name, seconds in result.stage_seconds.items():

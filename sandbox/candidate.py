@@ -17,6 +17,7 @@ import json
 import os
 import socket
 import sys
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -255,6 +256,7 @@ class Harness:
         def step() -> None:
             box[:] = [self._call(inputs)]
 
+        started = time.perf_counter()
         try:
             with self.guard.candidate_call("normal"):
                 if msg.get("wall"):
@@ -266,7 +268,8 @@ class Harness:
             return
         # Kept for `fetch`, which copies them out after the grader's clock has stopped.
         self.timed[msg.get("slot", "events")] = box[0] if box else []
-        self.reply(ok=True, times=times)
+        # The loop's own duration, for the grader's stage accounting only (never trusted).
+        self.reply(ok=True, times=times, loop_s=time.perf_counter() - started)
 
     def fetch(self, msg: dict[str, Any]) -> None:
         """Write the outputs of the last call of each timed loop into the grader's files."""

@@ -772,6 +772,10 @@ class Grader:
                 raise Rejected(
                     reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
                 )
+        for reply in (events, wall) if events.get("ok") else ():
+            with contextlib.suppress(TypeError, ValueError):
+                # As the candidate reports it: tells scheduling delays from the loop itself.
+                _add_stage(result, "timed_loops", max(0.0, float(reply.get("loop_s", 0.0))))
         times = [float(t) for t in events.get("times", [])]
         if len(times) != runs or not all(t > 0 for t in times):
             raise Rejected("tampering", "the timing loop returned impossible measurements")
