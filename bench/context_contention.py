@@ -44,9 +44,9 @@ def _timed_loop(runs: int) -> tuple[float, float]:
     clock = bind_clock()
     x = torch.randn(1 << 20, device="cuda")
     out = torch.empty_like(x)
-    time_cuda(lambda: torch.relu(x, out=out), clock, 5, 5)
+    time_cuda(lambda: torch.mul(x, 2.0, out=out), clock, 5, 5)
     started = time.perf_counter()
-    times = time_cuda(lambda: torch.relu(x, out=out), clock, runs, 5)
+    times = time_cuda(lambda: torch.mul(x, 2.0, out=out), clock, runs, 5)
     return time.perf_counter() - started, statistics.median(times)
 
 

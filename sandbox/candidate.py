@@ -43,6 +43,7 @@ class Harness:
         self.device = device
         self.job_dir = job_dir
         self.entry: Any = None
+        self.seq: int | None = None  # of the command being served
         self.staged: list[Any] = []
         self.timed: dict[str, Any] = {}
         self.clock = None
@@ -68,7 +69,8 @@ class Harness:
 
     # -- plumbing -----------------------------------------------------------------
     def reply(self, **payload: Any) -> None:
-        self.conn.send_bytes(json.dumps(payload).encode())
+        """Answer the command in flight (the grader matches replies by `seq`)."""
+        self.conn.send_bytes(json.dumps({**payload, "seq": self.seq}).encode())
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """A question to the grader in the middle of a command (`sandbox.launchers`)."""
@@ -152,8 +154,17 @@ class Harness:
             report["connected"] = False
         self.reply(ok=True, **report)
 
+    def _cap_gpu_memory(self, limit: int | None) -> None:
+        """Hold the candidate's PyTorch allocations on the GPU to `limit` bytes."""
+        torch = self.torch
+        if self.device != "cuda" or not limit:
+            return
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+
     def load(self, msg: dict[str, Any]) -> None:
         torch = self.torch
+        self._cap_gpu_memory(msg.get("gpu_memory_bytes"))
         try:
             spec = importlib.util.spec_from_file_location("candidate", msg["path"])
             assert spec is not None and spec.loader is not None
@@ -315,6 +326,7 @@ class Harness:
                 return
             if msg["cmd"] == "exit":
                 return
+            self.seq = msg.get("seq")
             handlers[msg["cmd"]](msg)
 
 

@@ -263,6 +263,14 @@ class Grader:
         with _stage(result, "gpu_memory_wait"):
             held.enter_context(self.gpu_budget.reserve(estimate_gib(entry.io_bytes), deadline))
 
+    def _candidate_gpu_bytes(self, entry: _ProblemEntry) -> int | None:
+        """The GPU memory a candidate may take: its host memory cap, or 4x the problem's I/O."""
+        if self.device != "cuda":
+            return None
+        if entry.io_bytes is None:
+            entry.io_bytes = entry.problem.io_bytes()
+        return max(self.config.candidate_memory_mb * 2**20, 4 * entry.io_bytes)
+
     # -- problems -----------------------------------------------------------------
     def _problem(self, job: Job) -> _ProblemEntry:
         key = source_key(job.problem + job.format)
@@ -445,18 +453,7 @@ class Grader:
             inputs_after=after_specs,
             mode=mode,
         )
-        if not reply.get("ok"):
-            verdict = reply.get("error_type", "runtime_error")
-            if verdict not in (
-                "runtime_error",
-                "compile_error",
-                "resource_limit",
-                "torch_fallback",
-                "tampering",
-                "wrong_output",
-            ):
-                verdict = "runtime_error"
-            raise Rejected(verdict, str(reply.get("message", ""))[:4000])
+        self._raise_failure(reply)
         mutated = [
             i
             for i, (value, spec) in enumerate(zip(inputs, after_specs, strict=True))
@@ -518,6 +515,7 @@ class Grader:
                 format=problem.format,
                 init_inputs=problem.init_inputs,
                 init_seed=42,
+                gpu_memory_bytes=self._candidate_gpu_bytes(entry),
             )
         if not reply.get("ok"):
             raise Rejected(
@@ -623,12 +621,32 @@ class Grader:
     def _compile(self, proc: CandidateProcess, inputs: list[Any], deadline: float) -> None:
         """Run the candidate once with launches that compile and load but run nothing.
 
-        What fails here fails again in the first trial, which reports it.
+        A kernel that fails to compile is reported by the first trial (the compile
+        launch keeps quiet); anything else the candidate does wrong on this call is
+        judged like a trial's.
         """
         in_specs = self._write(proc, "warm", inputs, writable=False)
-        proc.request(
+        reply = proc.request(
             deadline, cmd="run", inputs=in_specs, outputs=[], inputs_after=[], mode="compile"
         )
+        self._raise_failure(reply)
+
+    @staticmethod
+    def _raise_failure(reply: dict[str, Any]) -> None:
+        """Reject the candidate when its harness reports that a call failed."""
+        if reply.get("ok"):
+            return
+        verdict = reply.get("error_type", "runtime_error")
+        if verdict not in (
+            "runtime_error",
+            "compile_error",
+            "resource_limit",
+            "torch_fallback",
+            "tampering",
+            "wrong_output",
+        ):
+            verdict = "runtime_error"
+        raise Rejected(verdict, str(reply.get("message", ""))[:4000])
 
     def _outputs(self, proc: CandidateProcess, expected: list[torch.Tensor]) -> list[torch.Tensor]:
         return [

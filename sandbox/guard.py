@@ -251,6 +251,11 @@ def _blocked_calls() -> list[tuple[Any, str, type[Exception], str]]:
             "torch.compile writes the kernels: write them yourself",
         ),
     ]
+    memory = "the candidate changed its GPU memory cap"
+    for owner in (torch.cuda, torch.cuda.memory):
+        blocked.append((owner, "set_per_process_memory_fraction", TamperingDetected, memory))
+    if hasattr(torch._C, "_cuda_setMemoryFraction"):
+        blocked.append((torch._C, "_cuda_setMemoryFraction", TamperingDetected, memory))
     tamper = "the candidate suspended the PyTorch dispatch guard"
     for owner, name in (
         (python_dispatch, "_disable_current_modes"),

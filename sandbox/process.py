@@ -35,6 +35,9 @@ from sandbox.zygote import Zygote
 
 MAX_REPLY_BYTES = 1 << 20
 MAX_LAUNCHER_REQUESTS = 32  # distinct kernel signatures one candidate may have built
+# Replies to anything but the command in flight (a candidate writing on the pipe itself)
+# are dropped, up to this many per command; past it the candidate is tampering.
+MAX_STRAY_REPLIES = 16
 LOG_TAIL_BYTES = 4000
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -125,6 +128,7 @@ class CandidateProcess:
         self.device = device
         self.launchers = launchers
         self.launcher_requests = 0
+        self.sequence = 0  # of the last command sent
         self.limits = limits
         self.job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
         os.makedirs(self.job_dir, mode=0o700)
@@ -174,21 +178,33 @@ class CandidateProcess:
         self.killed_for_time = False
 
     # -- messages -----------------------------------------------------------------
-    def _receive(self, deadline: float) -> dict[str, Any]:
-        """The candidate's reply; launcher builds it asks for on the way are served."""
-        reply = self._receive_one(deadline)
-        while "build_launcher" in reply:
-            self.launcher_requests += 1
-            if self.launchers is None or self.launcher_requests > MAX_LAUNCHER_REQUESTS:
-                answer: dict[str, Any] = {"error": "no launcher builds here"}
-            else:
-                answer = self.launchers.answer(reply, self.job_dir)
-            try:
-                self.conn.send(answer)
-            except (BrokenPipeError, OSError):
-                raise self._death() from None
+    def _receive(self, deadline: float, seq: int | None = None) -> dict[str, Any]:
+        """The reply to command `seq`; launcher builds asked for on the way are served.
+
+        The harness echoes each command's `seq`: anything else on the pipe (a reply
+        the candidate forged, or the real one after it) is dropped, so every command
+        is answered by its own reply.
+        """
+        strays = 0
+        while True:
             reply = self._receive_one(deadline)
-        return reply
+            if "build_launcher" in reply:
+                self.launcher_requests += 1
+                if self.launchers is None or self.launcher_requests > MAX_LAUNCHER_REQUESTS:
+                    answer: dict[str, Any] = {"error": "no launcher builds here"}
+                else:
+                    answer = self.launchers.answer(reply, self.job_dir)
+                try:
+                    self.conn.send(answer)
+                except (BrokenPipeError, OSError):
+                    raise self._death() from None
+            elif seq is None or reply.get("seq") == seq:
+                return reply
+            else:
+                strays += 1
+                if strays > MAX_STRAY_REPLIES:
+                    self.kill()
+                    raise CandidateDied("tampering", "the candidate wrote on the grader's pipe")
 
     def _receive_one(self, deadline: float) -> dict[str, Any]:
         remaining = deadline - time.monotonic()
@@ -233,8 +249,9 @@ class CandidateProcess:
         With `lease=(seconds, expire)`, `expire()` is called once if no reply has come
         within `seconds` (the grader then gives up its shared hold on the GPU).
         """
+        self.sequence += 1
         try:
-            self.conn.send(message)
+            self.conn.send({**message, "seq": self.sequence})
         except (BrokenPipeError, OSError):
             raise self._death() from None
         if lease is not None:
@@ -242,7 +259,7 @@ class CandidateProcess:
             wait = min(seconds, deadline - time.monotonic())
             if wait <= 0 or not self.conn.poll(wait):
                 expire()
-        return self._receive(deadline)
+        return self._receive(deadline, self.sequence)
 
     # -- ending ---------------------------------------------------------------------
     def _death(self) -> CandidateDied:

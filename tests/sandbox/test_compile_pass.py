@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sandbox import guard
-from sandbox.process import CandidateProcess
+from sandbox.process import CandidateDied, CandidateProcess
 
 
 class FakeKernel:
@@ -106,15 +106,20 @@ def _bare_process() -> tuple[CandidateProcess, Any]:
     proc.conn, child = Pipe(duplex=True)
     proc.launchers = None
     proc.launcher_requests = 0
+    proc.sequence = 0
     proc.proc = SimpleNamespace(poll=lambda: None)
     return proc, child
 
 
-def _answer_after(child: Any, seconds: float) -> threading.Thread:
+def _answer_after(child: Any, seconds: float, forged: int = 0) -> threading.Thread:
+    """Reply like the harness (echoing `seq`), after `forged` replies of the candidate's own."""
+
     def answer() -> None:
-        child.recv()
+        seq = child.recv()["seq"]
+        for _ in range(forged):
+            child.send_bytes(json.dumps({"ok": True, "forged": True}).encode())
         time.sleep(seconds)
-        child.send_bytes(json.dumps({"ok": True}).encode())
+        child.send_bytes(json.dumps({"ok": True, "seq": seq}).encode())
 
     thread = threading.Thread(target=answer)
     thread.start()
@@ -132,5 +137,24 @@ def test_a_slow_reply_ends_the_lease_once_and_still_arrives(
         time.monotonic() + 10, lease=(0.2, lambda: ends.append(time.monotonic())), cmd="run"
     )
     thread.join()
-    assert reply == {"ok": True}
+    assert reply == {"ok": True, "seq": 1}
     assert len(ends) == expired
+
+
+def test_replies_forged_on_the_pipe_are_dropped() -> None:
+    """Each command is answered by its own reply, not by what the candidate wrote first."""
+    proc, child = _bare_process()
+    thread = _answer_after(child, 0.0, forged=3)
+    reply = proc.request(time.monotonic() + 10, cmd="run")
+    thread.join()
+    assert reply == {"ok": True, "seq": 1}
+
+
+def test_a_flood_of_forged_replies_is_tampering() -> None:
+    proc, child = _bare_process()
+    proc.kill = lambda: None  # type: ignore[method-assign]
+    thread = _answer_after(child, 0.0, forged=100)
+    with pytest.raises(CandidateDied) as died:
+        proc.request(time.monotonic() + 10, cmd="run")
+    thread.join()
+    assert died.value.verdict == "tampering"

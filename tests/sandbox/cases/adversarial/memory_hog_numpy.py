@@ -1,5 +1,5 @@
 # expect: resource_limit  problem: problems/elementwise.py
-# Tries: asking NumPy for 64 GiB in 1 GiB arrays, kept alive, after computing the right answer.
+# Tries: asking NumPy for 64 GiB in 1 GiB arrays, each written and kept alive, after computing the right answer.
 import numpy as np
 import torch
 import triton
@@ -30,6 +30,6 @@ def triton_fused_operator(tensor_0, tensor_1):
     chunks = []
     while len(chunks) * CHUNK < TARGET:
         chunk = np.empty(CHUNK, dtype=np.uint8)
-        chunk[0] = 1
+        chunk.fill(1)  # memory really used, not only reserved
         chunks.append(chunk)
     return [out]
