@@ -114,6 +114,8 @@ class Harness:
             numel *= dim
         if numel == 0:
             return self._empty(spec["shape"], dtype=dtype)
+        if "path" not in spec:  # shape only: memory on the device, never written
+            return self._empty(spec["shape"], dtype=dtype, device=self.device)
         flat = self._from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
         return flat.view(spec["shape"])
 
@@ -204,7 +206,10 @@ class Harness:
 
     def run(self, msg: dict[str, Any]) -> None:
         torch = self.torch
-        inputs, originals = self._inputs(msg["inputs"])
+        if msg["mode"] == "compile":  # nothing runs: inputs need a shape, not data
+            inputs, originals = [self._tensor(s, shared=False) for s in msg["inputs"]], []
+        else:
+            inputs, originals = self._inputs(msg["inputs"])
         call = self.guard.candidate_call(msg["mode"])
         tampered = None
         try:

@@ -80,6 +80,7 @@ class _ProblemEntry:
     degenerate: str | None = None
     baseline_ms: dict[str, float | None] = field(default_factory=dict)
     io_bytes: int | None = None
+    input_layout: list[dict[str, Any]] | None = None
 
 
 class Rejected(Exception):
@@ -523,13 +524,10 @@ class Grader:
             )
 
         base_seed = job.seed if job.seed is not None else secrets.randbits(48)
-        if self.gate is not None:
-            # Triton compiles on the first launch: seconds of CPU, spent here while the
-            # job holds no share of the GPU, so that timed loops elsewhere need not wait.
-            with self._shared(result):
-                inputs = problem.make_inputs(base_seed + 4000)
-            with _stage(result, "compile"):
-                self._compile(proc, inputs, deadline)
+        # Triton compiles on the first launch: seconds of CPU, spent here while the job
+        # holds no share of the GPU, so that timed loops elsewhere need not wait.
+        with _stage(result, "compile"):
+            self._compile(proc, entry, deadline)
         previous: list[torch.Tensor] | None = None
         previous_refs: list[torch.Tensor] | None = None
         launches = 0
@@ -618,16 +616,25 @@ class Grader:
             raise Rejected("no_triton_kernel", "no Triton kernel was launched")
         return outputs
 
-    def _compile(self, proc: CandidateProcess, inputs: list[Any], deadline: float) -> None:
+    def _compile(self, proc: CandidateProcess, entry: _ProblemEntry, deadline: float) -> None:
         """Run the candidate once with launches that compile and load but run nothing.
 
-        A kernel that fails to compile is reported by the first trial (the compile
-        launch keeps quiet); anything else the candidate does wrong on this call is
-        judged like a trial's.
+        Its inputs are uninitialised device memory of the right shapes (nothing reads
+        them), so this call puts no work on the GPU. Under the CPU interpreter there is
+        nothing to compile and the call runs the host code alone: the same steps on
+        both. A kernel that fails to compile is reported by the first trial (the
+        compile launch keeps quiet); anything else the candidate does wrong on this
+        call is judged like a trial's.
         """
-        in_specs = self._write(proc, "warm", inputs, writable=False)
+        if entry.input_layout is None:
+            entry.input_layout = entry.problem.input_layout()
         reply = proc.request(
-            deadline, cmd="run", inputs=in_specs, outputs=[], inputs_after=[], mode="compile"
+            deadline,
+            cmd="run",
+            inputs=entry.input_layout,
+            outputs=[],
+            inputs_after=[],
+            mode="compile",
         )
         self._raise_failure(reply)
 

@@ -93,6 +93,22 @@ class Problem:
                 total += size(self.reference_fn(*inputs))
         return total
 
+    def input_layout(self) -> list[dict[str, Any]]:
+        """Shape and dtype of each input tensor (the value of anything else), without data."""
+        import torch
+
+        try:
+            with torch.device("meta"):
+                inputs = self.module.get_inputs()
+        except Exception:  # noqa: BLE001 - meta tensors unsupported here: draw real ones
+            inputs = self.make_inputs(0)
+        return [
+            {"shape": list(x.shape), "dtype": str(x.dtype).removeprefix("torch.")}
+            if isinstance(x, torch.Tensor)
+            else {"value": x}
+            for x in inputs
+        ]
+
     def reference(self, inputs: list[Any]) -> list[Any]:
         import torch
 

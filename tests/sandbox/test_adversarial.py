@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import threading
@@ -102,6 +103,20 @@ GPU_VERDICTS = {
     "fallback_numpy_raw_memory": ("runtime_error",),
     "fallback_probe_memo": ("runtime_error",),
 }
+# A candidate that runs as an unprivileged user (not uid 0 with capabilities dropped)
+# cannot signal the sandbox process above it: the attack fails and the right answer
+# it computed stands.
+UNPRIVILEGED_VERDICTS = {"kill_parent": ("correct",)}
+
+
+@pytest.fixture(scope="module")
+def candidate_uid(sandbox_client: SandboxClient) -> int:
+    """The uid candidates run as on this server, from its isolation report."""
+    for feature in sandbox_client.info().isolation:
+        found = re.search(r"uid (\d+)", feature.detail)
+        if feature.name == "no_privileges" and found:
+            return int(found.group(1))
+    return 0
 
 
 @pytest.mark.parametrize(
@@ -121,12 +136,16 @@ GPU_VERDICTS = {
     ],
     ids=lambda case: case.name,
 )
-def test_adversarial_verdict(case: Case, submitted: dict[str, Future[VerifyResult]]) -> None:
+def test_adversarial_verdict(
+    case: Case, submitted: dict[str, Future[VerifyResult]], candidate_uid: int
+) -> None:
     """The candidate is rejected, with the verdict its header names."""
     result = submitted[case.id].result(timeout=JOB_TIMEOUT_S * 2)
     expect = case.expect
     if os.environ.get("DRTRITON_TEST_DEVICE", "cpu") == "cuda":
         expect = expect + GPU_VERDICTS.get(case.name, ())
+    if candidate_uid != 0:
+        expect = expect + UNPRIVILEGED_VERDICTS.get(case.name, ())
     assert result.verdict in expect, explain(case, result)
 
 

@@ -158,3 +158,62 @@ def test_a_flood_of_forged_replies_is_tampering() -> None:
         proc.request(time.monotonic() + 10, cmd="run")
     thread.join()
     assert died.value.verdict == "tampering"
+
+
+# -- through a real sandbox (CPU: the pass runs the host code; nothing compiles) ----------
+
+PROBLEM = """
+import torch
+
+def get_inputs():
+    return [torch.randn(33, 17), 3]
+
+def fused_operator(x, k):
+    return [torch.relu(x) * k]
+"""
+
+KERNEL = """
+import torch
+import triton
+import triton.language as tl
+
+CALLS = []
+
+
+@triton.jit
+def _relu_scale(x_ptr, out_ptr, n, k, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0) * k, mask=mask)
+
+
+def triton_fused_operator(x, k):
+    CALLS.append((tuple(x.shape), x.dtype, x.device.type, k))
+    @@CHECK@@
+    out = torch.empty_like(x)
+    _relu_scale[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), k, BLOCK=256)
+    return [out]
+"""
+
+
+def _kernel(check: str) -> str:
+    return KERNEL.replace("@@CHECK@@", check)
+
+
+def test_the_first_call_sees_the_trials_shapes_and_is_timed_as_compile(
+    sandbox_client: Any,
+) -> None:
+    same = "assert CALLS[0] == CALLS[-1], CALLS"
+    result = sandbox_client.verify(PROBLEM, _kernel(same), timing=False)
+    assert result.verdict == "correct", result.message
+    assert "compile" in result.stage_seconds
+
+
+def test_what_a_candidate_does_wrong_on_its_first_call_is_judged(sandbox_client: Any) -> None:
+    """A candidate cannot misbehave once, unseen, while its kernels compile."""
+    crash_once = "if len(CALLS) == 1: raise RuntimeError('first call')"
+    result = sandbox_client.verify(PROBLEM, _kernel(crash_once), timing=False)
+    assert result.verdict == "runtime_error"
+    assert "first call" in result.message
+    assert result.trials == []  # rejected before any trial ran
