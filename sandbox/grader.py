@@ -552,13 +552,9 @@ class Grader:
         result.kernel_launches = launches
 
         # Fallback: PyTorch compute poisoned with NaN; the answer must not change.
-        with self._shared(result) as hold:
-            inputs = problem.make_inputs(base_seed + 1000)
-            expected = problem.reference(inputs)
-            with _stage(result, "poison_check"):
-                comparison, _ = self._run(
-                    proc, inputs, expected, "poison", deadline, atol, rtol, hold
-                )
+        comparison = self._fresh_run(
+            proc, problem, base_seed + 1000, "poison", deadline, atol, rtol, result
+        )
         if not comparison.passed:
             raise Rejected(
                 "torch_fallback",
@@ -566,13 +562,9 @@ class Grader:
                 "the answer is computed by PyTorch, not Triton",
             )
         # Converse: Triton launches turned off; the answer must change.
-        with self._shared(result) as hold:
-            inputs = problem.make_inputs(base_seed + 2000)
-            expected = problem.reference(inputs)
-            with _stage(result, "noop_check"):
-                comparison, _ = self._run(
-                    proc, inputs, expected, "noop", deadline, atol, rtol, hold
-                )
+        comparison = self._fresh_run(
+            proc, problem, base_seed + 2000, "noop", deadline, atol, rtol, result
+        )
         if comparison.passed:
             raise Rejected(
                 "torch_fallback",
@@ -583,6 +575,25 @@ class Grader:
         if job.timing and self.clock is not None:
             self._time(entry, proc, deadline, atol, rtol, base_seed, slowest_call, result)
         result.message = f"correct on {job.trials} trials"
+
+    def _fresh_run(
+        self,
+        proc: CandidateProcess,
+        problem: Problem,
+        seed: int,
+        mode: str,
+        deadline: float,
+        atol: float,
+        rtol: float,
+        result: VerifyResult,
+    ) -> compare.Comparison:
+        """One call in `mode` on fresh inputs, with a share of the GPU; its comparison."""
+        with self._shared(result) as hold:
+            inputs = problem.make_inputs(seed)
+            expected = problem.reference(inputs)
+            with _stage(result, f"{mode}_check"):
+                comparison, _ = self._run(proc, inputs, expected, mode, deadline, atol, rtol, hold)
+        return comparison
 
     def _check_trial(
         self,
