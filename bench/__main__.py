@@ -3,7 +3,8 @@
 CPU: the program generator's cost per program (`bench.synth_bench`) and a candidate's
 first Triton compile in a fork of a cold or warmed zygote (`bench.zygote_compile`).
 GPU host: `bench.sandbox_throughput` (verifications per second, timing fidelity, against
-a plain harness), `bench.teacher_bench` (the teacher's pass rate and speedups by operator
+a plain harness), `bench.context_contention` (what other processes on the GPU cost a
+timed loop), `bench.teacher_bench` (the teacher's pass rate and speedups by operator
 family) and `bench.learner_bench` (decode and SFT step of the policy model).
 """
 
@@ -13,6 +14,7 @@ import sys
 
 GPU_COMMANDS = (
     "python -m bench.sandbox_throughput --device cuda --out runs/sandbox_throughput.md",
+    "python -m bench.context_contention",
     "python -m bench.teacher_bench --max-seconds 420 --out runs/teacher_bench.md",
     "python -m bench.learner_bench --models 0.5b --out runs/learner_0p5b.json",
     "python -m bench.learner_bench --models 1.5b --out runs/learner_1p5b.json",
@@ -33,9 +35,10 @@ def main() -> int:
     if not has_gpu:
         print("\nNo GPU here. On a GPU host run:", *GPU_COMMANDS, sep="\n  ")
         return int(status)
-    from bench import learner_bench, sandbox_throughput, teacher_bench
+    from bench import context_contention, learner_bench, sandbox_throughput, teacher_bench
 
     status |= sandbox_throughput.main(["--device", "cuda"]) or 0
+    status |= context_contention.main([]) or 0
     status |= teacher_bench.main(["--max-seconds", "420"]) or 0
     status |= learner_bench.main(["--models", "0.5b"]) or 0
     return int(status)
