@@ -196,6 +196,24 @@ def same_speed_case(small: bool) -> Case:
     return Case("same_speed_relu", case.problem, case.candidate)
 
 
+def identical_case(small: bool) -> Case:
+    """The same Triton kernel as the problem's own code and as the candidate.
+
+    The eager baseline then runs exactly the candidate's kernel, in the grader's
+    process: any speedup other than 1.00 is the timing's error, not the kernel's.
+    """
+    relu = same_speed_case(small)
+    kernel, entry = relu.candidate.split("def triton_fused_operator")
+    problem = (
+        kernel
+        + "def get_inputs():\n"
+        + f"    return [torch.randn({[64, 64] if small else [8192, 8192]}, dtype=torch.float32)]\n\n\n"
+        + "def fused_operator"
+        + entry
+    )
+    return Case("identical_relu", problem, relu.candidate)
+
+
 # -- the plain harness -----------------------------------------------------------------------
 
 
@@ -524,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     files: dict[str, tuple[Path, Path]] = {}
     case_sets = {g: generate_cases(count, small, per_problem=g) for g in groups}
     same = same_speed_case(small)
-    for case in [c for cases in case_sets.values() for c in cases] + [same]:
+    identical = identical_case(small)
+    for case in [c for cases in case_sets.values() for c in cases] + [same, identical]:
         if case.name in files:
             continue
         index = len(files)
@@ -537,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     fidelity: list[float] = []
     fidelity_plain: list[float] = []
     same_speed: list[float] = []
+    identical_speed: list[float] = []
     notes: list[str] = []
     # Fidelity needs a kernel long enough to time (tens of microseconds on a GPU).
     probe = case_sets[groups[0]][0] if small else softmax_case((4096, 4096))
@@ -555,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
             + (spread(fidelity_plain) if fidelity_plain else "n/a"),
             f"- same-speed check (Triton relu vs torch.relu, {same.name}), speedup vs eager: "
             + (spread(same_speed) if same_speed else "n/a (no timing on this device)"),
+            "- identical-kernel check (the problem runs the candidate's own Triton kernel: "
+            "1.00 is exact), speedup vs eager: "
+            + (spread(identical_speed) if identical_speed else "n/a (no timing on this device)"),
         ]
 
     def save() -> None:
@@ -615,11 +638,18 @@ def main(argv: list[str] | None = None) -> int:
                             if r.candidate_ms is not None:
                                 fidelity.append(r.candidate_ms)
                             save()
-                        for _ in range(repeats):
-                            r = client.verify(same.problem, same.candidate, timing=timing)
-                            if r.speedup_vs_eager is not None:
-                                same_speed.append(r.speedup_vs_eager)
-                            save()
+                        # The identical kernel runs in the grader: only a GPU grader has Triton live.
+                        pairs = [(same, same_speed)] + (
+                            [(identical, identical_speed)] if timing else []
+                        )
+                        for case, speeds in pairs:
+                            for _ in range(repeats):
+                                r = client.verify(case.problem, case.candidate, timing=timing)
+                                if r.speedup_vs_eager is not None:
+                                    speeds.append(r.speedup_vs_eager)
+                                elif not r.correct:
+                                    notes.append(f"{case.name}: {r.verdict}: {r.message[:200]}")
+                                save()
             finally:
                 code = server.stop()
                 if code != 0:
