@@ -417,9 +417,9 @@ def spread(values: list[float]) -> str:
 
 
 STAGE_ORDER = (
-    "queue", "problem", "gpu_memory_wait", "start", "load", "compile", "gpu_wait",
+    "queue", "problem", "gpu_memory_wait", "spawn", "start", "load", "compile", "gpu_wait",
     "first_trial", "trials", "poison_check", "noop_check", "baseline_compile", "timing_io",
-    "timing_wait", "timing", "timed_loops",
+    "timing_wait", "timing", "timed_loops", "cleanup",
 )  # fmt: skip
 
 

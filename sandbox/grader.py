@@ -349,7 +349,8 @@ class Grader:
             result.problem_degenerate = bool(reason)
             if self._owns_baselines(job):
                 self._baselines(job, entry, result)
-            proc = self.take_process()
+            with _stage(result, "spawn"):  # takes the spare, starts the next one
+                proc = self.take_process()
             self._judge(job, entry, proc, atol, rtol, deadline, result)
             if reason and result.verdict == "correct":
                 result.message = f"correct, but the problem is degenerate: {reason}"
@@ -374,7 +375,8 @@ class Grader:
         finally:
             if proc is not None:
                 result.candidate_log = proc.log_tail()[-2000:]
-                proc.close()
+                with _stage(result, "cleanup"):
+                    proc.close()
             if result.verdict != "correct":
                 result.candidate_ms = None
             result.apply_baselines(
