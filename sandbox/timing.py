@@ -1,6 +1,9 @@
 """GPU timing shared by the grader (baselines) and the candidate process.
 
-Each run: flush the L2 cache and keep the GPU busy for a moment
+Before the warm-up calls the GPU spins for `WAKE_US`: an idle GPU runs its clock low
+and raises it only under load, and a short kernel's warm-up calls alone do not wake it
+(medians of one kernel varied by 10% between verifications on a quiet H200). Each run:
+flush the L2 cache and keep the GPU busy for a moment
 (`LAUNCH_COVER_US`) while the host enqueues the start event and the call, so the
 host's launch latency is not measured; call; record the end event on the same
 stream; synchronise the whole device before the next run. The candidate and the
@@ -24,6 +27,7 @@ from typing import Any
 
 L2_FLUSH_BYTES = 256 * 2**20  # several times the L2 of current GPUs
 LAUNCH_COVER_US = 100.0  # longer than the host needs to launch a few kernels
+WAKE_US = 5_000.0  # GPU spin before the warm-up calls: raises an idle clock
 # The grader hands its measured spin rate to candidates in this variable.
 SPIN_RATE_ENV = "DRTRITON_SPIN_CYCLES_PER_US"
 
@@ -37,6 +41,7 @@ class Clock:
     flush: Callable[[], None]
     busy: Callable[[], None]
     cycles_per_us: float
+    wake: Callable[[], None] = lambda: None
 
 
 def _cycles_per_us(
@@ -78,6 +83,7 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
     if cycles_per_us is None or not cycles_per_us > 0:
         cycles_per_us = _cycles_per_us(sleep, base, synchronize)
     cover = int(LAUNCH_COVER_US * cycles_per_us)
+    wake = int(WAKE_US * cycles_per_us)
     return Clock(
         event_type=base,
         record=lambda event: record(event, current_stream()),
@@ -86,11 +92,13 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
         flush=lambda: zero(flush_buffer),
         busy=lambda: sleep(cover),
         cycles_per_us=cycles_per_us,
+        wake=lambda: sleep(wake),
     )
 
 
 def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> list[float]:
     """Milliseconds per run of `fn`, each run from a cold L2 and a synchronised device."""
+    clock.wake()
     for _ in range(warmup):
         fn()
     clock.synchronize()

@@ -155,7 +155,7 @@ def test_a_rigged_event_timer_is_overruled_by_the_host_clock(timed: Any) -> None
 
 
 def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
-    """flush, busy wait, start, call, end, device sync: the order the timing rests on."""
+    """wake, warm-up; flush, busy wait, start, call, end, device sync: the order it rests on."""
     from sandbox.timing import Clock, time_cuda
 
     log: list[str] = []
@@ -178,11 +178,17 @@ def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
         flush=lambda: log.append("flush"),
         busy=lambda: log.append("busy"),
         cycles_per_us=1.0,
+        wake=lambda: log.append("wake"),
     )
     times = time_cuda(lambda: log.append("call"), clock, runs=2, warmup=1)
-    assert log == ["call", "sync"] + ["flush", "busy", "record", "call", "record", "sync"] * 2 + [
-        "sync"
-    ]
+    assert log == ["wake", "call", "sync"] + [
+        "flush",
+        "busy",
+        "record",
+        "call",
+        "record",
+        "sync",
+    ] * 2 + ["sync"]
     assert times == [1.0, 1.0]
 
 
