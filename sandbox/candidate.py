@@ -119,13 +119,16 @@ class Harness:
         flat = self._from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
         return flat.view(spec["shape"])
 
-    def _inputs(self, specs: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
-        """Private copies for the candidate, and the originals to detect mutation."""
-        originals = [self._tensor(s, shared=False) for s in specs]
-        inputs = [
-            t.clone().to(self.device) if isinstance(t, self.torch.Tensor) else t for t in originals
+    def _inputs(self, specs: list[dict[str, Any]]) -> list[Any]:
+        """The candidate's private copies of the grader's input files, on the device.
+
+        One copy straight from the file's mapping (the grader judges mutation from what
+        the candidate leaves in its `inputs_after` files, not from these).
+        """
+        return [
+            t.to(self.device, copy=True) if isinstance(t, self.torch.Tensor) else t
+            for t in (self._tensor(s, shared=False) for s in specs)
         ]
-        return inputs, originals
 
     def _sync(self) -> None:
         if self.clock is not None:
@@ -207,9 +210,9 @@ class Harness:
     def run(self, msg: dict[str, Any]) -> None:
         torch = self.torch
         if msg["mode"] == "compile":  # nothing runs: inputs need a shape, not data
-            inputs, originals = [self._tensor(s, shared=False) for s in msg["inputs"]], []
+            inputs = [self._tensor(s, shared=False) for s in msg["inputs"]]
         else:
-            inputs, originals = self._inputs(msg["inputs"])
+            inputs = self._inputs(msg["inputs"])
         call = self.guard.candidate_call(msg["mode"])
         tampered = None
         try:
@@ -250,14 +253,13 @@ class Harness:
             )
             if info["shape"] == spec["shape"] and info["dtype"] == spec["dtype"]:
                 if value.numel():
-                    self._copy(self._tensor(spec, shared=True), value.detach().to("cpu"))
+                    self._copy(self._tensor(spec, shared=True), value.detach())
                 info["written"] = True
             outputs.append(info)
         # The inputs as the candidate left them: the grader compares them itself.
         for now, spec in zip(inputs, msg.get("inputs_after", []), strict=False):
             if isinstance(now, torch.Tensor) and now.numel() and list(now.shape) == spec["shape"]:
-                self._copy(self._tensor(spec, shared=True), now.detach().to("cpu"))
-        del originals
+                self._copy(self._tensor(spec, shared=True), now.detach())
         self.reply(ok=True, launches=launches, count=len(result), outputs=outputs)
 
     def time(self, msg: dict[str, Any]) -> None:
@@ -301,7 +303,7 @@ class Harness:
                     and list(value.shape) == spec["shape"]
                     and value.numel()
                 ):
-                    self._copy(self._tensor(spec, shared=True), value.detach().to("cpu"))
+                    self._copy(self._tensor(spec, shared=True), value.detach())
         self.reply(ok=True)
 
     def ping(self, msg: dict[str, Any]) -> None:
@@ -310,7 +312,7 @@ class Harness:
 
     def stage(self, msg: dict[str, Any]) -> None:
         """Put timing inputs on the device ahead of `time`, outside the grader's clock."""
-        self.staged, _ = self._inputs(msg["inputs"])
+        self.staged = self._inputs(msg["inputs"])
         self._sync()
         self.reply(ok=True)
 
