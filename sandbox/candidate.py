@@ -181,9 +181,12 @@ class Harness:
             finally:
                 self.guard._state.candidate_running = False
         except BaseException as error:  # noqa: BLE001 - any failure at import is the kernel's
-            if isinstance(error, SystemExit | KeyboardInterrupt):
-                error = RuntimeError(f"{type(error).__name__} raised at import")
-            self.reply(ok=False, error_type="compile_error", message=_tail(traceback.format_exc()))
+            kind = "compile_error"
+            if isinstance(error, self.guard.TamperingDetected):
+                kind = "tampering"  # e.g. lifting its GPU memory cap at import
+            elif isinstance(error, self.guard.ForbiddenOperation):
+                kind = "torch_fallback"
+            self.reply(ok=False, error_type=kind, message=_tail(traceback.format_exc()))
             return
         if msg["format"] == "kernelbench":
             model_cls = getattr(module, "ModelNew", None)
