@@ -16,6 +16,7 @@ import platform
 import secrets
 import shutil
 import socket
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -173,6 +174,7 @@ class Grader:
         os.makedirs(self.workdir, exist_ok=True)
         self.problems: OrderedDict[str, _ProblemEntry] = OrderedDict()
         self.spare: CandidateProcess | None = None
+        self._reapers: list[threading.Thread] = []  # finishing off ended candidates
         self.zygote: Zygote | None = None
         self.clock = None
         self.provenance = provenance(device)
@@ -243,6 +245,9 @@ class Grader:
         return proc
 
     def close(self) -> None:
+        for thread in self._reapers:
+            thread.join(timeout=30)
+        self._reapers = []
         if self.spare is not None:
             self.spare.close()
             self.spare = None
@@ -377,7 +382,7 @@ class Grader:
             if proc is not None:
                 result.candidate_log = proc.log_tail()[-2000:]
                 with _stage(result, "cleanup"):
-                    proc.close()
+                    proc.stop()
             if result.verdict != "correct":
                 result.candidate_ms = None
             result.apply_baselines(
@@ -389,8 +394,29 @@ class Grader:
                 result.timing_unavailable_reason = "no GPU: correctness only (Triton interpreter)"
             if self.device == "cuda":
                 torch.cuda.empty_cache()
-            held.close()
+            self._retire(proc, held)
         return result
+
+    def _retire(self, proc: CandidateProcess | None, held: contextlib.ExitStack) -> None:
+        """Reap the stopped candidate, remove its files, then free the job's GPU share.
+
+        In the background: a process with a CUDA context takes a while to die, and the
+        verdict need not wait for it. The GPU share is freed only once it is gone.
+        """
+        if proc is None:
+            held.close()
+            return
+
+        def reap() -> None:
+            try:
+                proc.close()
+            finally:
+                held.close()
+
+        self._reapers = [t for t in self._reapers if t.is_alive()]
+        thread = threading.Thread(target=reap, name="drtriton-reaper", daemon=True)
+        thread.start()
+        self._reapers.append(thread)
 
     # -- steps --------------------------------------------------------------------
     def _write(

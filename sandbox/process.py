@@ -298,6 +298,12 @@ class CandidateProcess:
         except OSError:
             return ""
 
+    def stop(self) -> None:
+        """SIGKILL the process and everything it started; do not wait (see `close`)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

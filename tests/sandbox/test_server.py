@@ -230,6 +230,15 @@ def test_full_queue_is_resource_exhausted_and_the_server_keeps_serving(
             stub.Verify.future(request(HANGING, f"h{i}", time_budget_s=3), timeout=120)
             for i in range(6)
         ]
+        # The check below must come after the slow jobs filled the worker and the queue.
+        wait_until(
+            lambda: (
+                (info := stub.GetInfo(pb.GetInfoRequest(), timeout=10)).busy_workers == 1
+                and info.queue_depth == 1
+            ),
+            60,
+            "the worker and the queue to fill",
+        )
         with (
             SandboxClient(small_server.target, max_retries=0) as client,
             pytest.raises(SandboxUnavailableError) as busy,
