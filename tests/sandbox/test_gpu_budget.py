@@ -111,3 +111,28 @@ def test_a_grader_that_cannot_get_memory_answers_sandbox_error(tmp_path: Path) -
     assert result.verdict == "sandbox_error"
     assert "GPU stayed full" in result.message
     assert result.stage_seconds["gpu_memory_wait"] >= 0.5
+
+
+def test_a_jobs_gpu_share_is_freed_only_once_its_candidate_is_gone(tmp_path: Path) -> None:
+    """The verdict does not wait for a dying candidate; the next job's memory does."""
+    import contextlib
+
+    from sandbox.config import SandboxConfig
+    from sandbox.grader import Grader
+
+    events: list[str] = []
+
+    class DyingCandidate:
+        def close(self) -> None:
+            time.sleep(0.4)  # a CUDA process takes a while to die
+            events.append("reaped")
+
+    grader = Grader(SandboxConfig(device="cpu", job_root=str(tmp_path)), "cpu")
+    held = contextlib.ExitStack()
+    held.callback(lambda: events.append("share freed"))
+    started = time.monotonic()
+    grader._retire(DyingCandidate(), held)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 0.2  # the grader moves on at once
+    assert events == []
+    grader.close()  # waits for the reaper
+    assert events == ["reaped", "share freed"]
