@@ -217,3 +217,15 @@ def test_what_a_candidate_does_wrong_on_its_first_call_is_judged(sandbox_client:
     assert result.verdict == "runtime_error"
     assert "first call" in result.message
     assert result.trials == []  # rejected before any trial ran
+
+
+def test_autotuning_in_a_candidate_runs_on_a_short_budget() -> None:
+    """Autotuners ask the driver for a benchmarker: the harness hands them a shorter one."""
+    from sandbox.candidate import AUTOTUNE_REP_MS, AUTOTUNE_WARMUP_MS, _shorten_autotuning
+
+    driver = SimpleNamespace(get_benchmarker=lambda: "triton's own")
+    _shorten_autotuning(driver)
+    bench = driver.get_benchmarker()
+    assert bench.func.__name__ == "do_bench"
+    assert bench.keywords == {"warmup": AUTOTUNE_WARMUP_MS, "rep": AUTOTUNE_REP_MS}
+    assert AUTOTUNE_WARMUP_MS + AUTOTUNE_REP_MS < 100  # eight configs fit in a 1 s lease
