@@ -84,6 +84,12 @@ class _ProblemEntry:
     io_bytes: int | None = None
     input_layout: list[dict[str, Any]] | None = None
 
+    def io(self) -> int:
+        """Bytes of one set of inputs and outputs (computed once)."""
+        if self.io_bytes is None:
+            self.io_bytes = self.problem.io_bytes()
+        return self.io_bytes
+
 
 class Rejected(Exception):
     def __init__(self, verdict: str, message: str) -> None:
@@ -265,18 +271,14 @@ class Grader:
         """Hold this job's share of the GPU's memory until `held` closes (`sandbox.gpu_budget`)."""
         if self.gpu_budget is None:
             return
-        if entry.io_bytes is None:
-            entry.io_bytes = entry.problem.io_bytes()
         with _stage(result, "gpu_memory_wait"):
-            held.enter_context(self.gpu_budget.reserve(estimate_gib(entry.io_bytes), deadline))
+            held.enter_context(self.gpu_budget.reserve(estimate_gib(entry.io()), deadline))
 
     def _candidate_gpu_bytes(self, entry: _ProblemEntry) -> int | None:
         """The GPU memory a candidate may take: its host memory cap, or 4x the problem's I/O."""
         if self.device != "cuda":
             return None
-        if entry.io_bytes is None:
-            entry.io_bytes = entry.problem.io_bytes()
-        return max(self.config.candidate_memory_mb * 2**20, 4 * entry.io_bytes)
+        return max(self.config.candidate_memory_mb * 2**20, 4 * entry.io())
 
     # -- problems -----------------------------------------------------------------
     def _problem(self, job: Job) -> _ProblemEntry:

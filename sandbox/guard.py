@@ -184,17 +184,23 @@ def _wrap_launcher(run: Callable[..., Any]) -> Callable[..., Any]:
     return counted_run
 
 
-def _untuned_run(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The interpreter cannot benchmark: run the first config the tuner would try."""
+def _pruned_configs(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The configs an autotuner would try for these arguments (pruning reads `nargs`)."""
     tuner.nargs = dict(zip(tuner.arg_names, args, strict=False))
     try:
-        config = tuner.prune_configs(kwargs)[0]
-        tuner.best_config = config
-        if config.pre_hook is not None:
-            config.pre_hook({**tuner.nargs, **kwargs, **config.all_kwargs()})
-        return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        return list(tuner.prune_configs(kwargs))
     finally:
         tuner.nargs = None
+
+
+def _untuned_run(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The interpreter cannot benchmark: run the first config the tuner would try."""
+    config = _pruned_configs(tuner, args, kwargs)[0]
+    tuner.best_config = config
+    if config.pre_hook is not None:
+        named = dict(zip(tuner.arg_names, args, strict=False))
+        config.pre_hook({**named, **kwargs, **config.all_kwargs()})
+    return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
 
 
 def _wrap_autotuner(run: Callable[..., Any], interpreted: bool) -> Callable[..., Any]:
@@ -203,12 +209,9 @@ def _wrap_autotuner(run: Callable[..., Any], interpreted: bool) -> Callable[...,
             return _untuned_run(self, args, kwargs) if interpreted else run(self, *args, **kwargs)
         # Compile every config the tuner would try; benchmark nothing, cache nothing.
         try:
-            self.nargs = dict(zip(self.arg_names, args, strict=False))
-            configs = list(self.prune_configs(kwargs))
+            configs = _pruned_configs(self, args, kwargs)
         except Exception:  # noqa: BLE001 - the real launch that follows reports it
             configs = []
-        finally:
-            self.nargs = None
         for config in configs:
             with contextlib.suppress(Exception):
                 self.fn.run(*args, **kwargs, **config.all_kwargs())
