@@ -52,6 +52,9 @@ MAX_FAILURES_LISTED = 50
 MAX_MESSAGE_CHARS = 2000
 MAX_LISTED_CHARS = 240
 OOM_MARK = "CUDA out of memory"
+# Paper-profile tensors reach GiBs: five trials, two checks and timing move tens of GiB,
+# and jobs wait their turn for GPU memory.
+PAPER_JOB_TIMEOUT_S = 600.0
 # Verdicts about the sandbox rather than the kernel (with `OOM_MARK`): retried on --resume.
 RETRY_VERDICTS = frozenset({"infrastructure_error", "sandbox_error"})
 # Settings that fix the program list and the measurement: a resumed run must match them.
@@ -612,7 +615,9 @@ def verify_all(
     from sandbox.errors import InvalidRequestError, WeakIsolationError
     from synth.teacher.build import SandboxDown, build_pairs, program_id
 
-    overrides = {"timing_runs": args.timing_runs} if args.timing_runs else {}
+    overrides: dict[str, Any] = {"timing_runs": args.timing_runs} if args.timing_runs else {}
+    if args.job_timeout:
+        overrides["job_timeout_s"] = args.job_timeout
     config = SandboxConfig(
         workers=args.workers,
         device=device,
@@ -857,6 +862,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--trials", type=int, default=5, help="correctness trials per program")
     parser.add_argument("--timing-runs", type=int, help="timed runs per kernel (sandbox default)")
+    parser.add_argument(
+        "--job-timeout",
+        type=float,
+        help="seconds one verification may take, waits for GPU memory included (default 600 "
+        "for the paper profile, whose tensors reach GiBs; else the sandbox's default)",
+    )
     parser.add_argument("--no-timing", action="store_true", help="correctness only")
     parser.add_argument("--allow-weak-isolation", action="store_true")
     parser.add_argument(
@@ -886,6 +897,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.level2 = args.level2 if args.level2 is not None else (3 if quick else 200)
     args.ops = args.ops or (",".join(QUICK_OPS) if quick else None)
     args.workers = args.workers or (2 if quick else 8)
+    if args.job_timeout is None and args.profile == "paper":
+        args.job_timeout = PAPER_JOB_TIMEOUT_S
+    if args.job_timeout is not None and not args.job_timeout > 0:
+        parser.error("--job-timeout must be > 0")
     if args.per_op < 0 or args.level2 < 0 or args.workers < 1 or args.trials < 1:
         parser.error("counts must be >= 0, --workers and --trials >= 1")
     return args

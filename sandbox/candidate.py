@@ -356,7 +356,12 @@ class Harness:
             if msg["cmd"] == "exit":
                 return
             self.seq = msg.get("seq")
-            handlers[msg["cmd"]](msg)
+            try:
+                handlers[msg["cmd"]](msg)
+            except Exception as error:  # noqa: BLE001 - the harness's own steps (files, copies)
+                # Staging a GiB input or writing an output can fail (memory, disk): the
+                # grader gets a verdict with the reason instead of a process that vanished.
+                self.fail(error)
 
 
 def serve(fd: int, job_dir: str, device: str, processes: int) -> None:

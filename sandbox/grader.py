@@ -14,7 +14,6 @@ import contextlib
 import os
 import platform
 import secrets
-import shutil
 import socket
 import threading
 import time
@@ -34,7 +33,7 @@ from sandbox.config import (
     KERNELBENCH_RTOL,
     SandboxConfig,
 )
-from sandbox.gpu_budget import BudgetTimeout, GpuMemoryBudget, estimate_gib
+from sandbox.gpu_budget import GIB, BudgetTimeout, GpuMemoryBudget, estimate_gib
 from sandbox.gpu_gate import GpuGate, SharedHold
 from sandbox.isolation import Limits, hand_over
 from sandbox.launchers import LauncherCache
@@ -131,6 +130,21 @@ def provenance(device: str) -> dict[str, Any]:
     return info
 
 
+def candidate_gpu_bytes(io_bytes: int) -> int:
+    """A candidate's GPU memory cap: 3x the problem's I/O (at least 2 GiB).
+
+    A timed candidate holds its inputs and up to three sets of outputs; the rest is
+    room for the intermediate tensors of a multi-kernel translation.
+    """
+    return max(2 * GIB, 3 * io_bytes)
+
+
+def job_gpu_gib(io_bytes: int) -> int:
+    """GiB a job reserves: the grader's copies (inputs, reference, the candidate's
+    outputs read back: about twice the I/O) plus all its candidate may take."""
+    return estimate_gib(2 * io_bytes + candidate_gpu_bytes(io_bytes), factor=1.0)
+
+
 def gpu_budget_gib(workers: int) -> int:
     """GiB the graders may reserve: 90% of the GPU less every process's CUDA context."""
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
@@ -163,6 +177,19 @@ def _raised_priority(proc: CandidateProcess) -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PGRP, proc.proc.pid, CANDIDATE_NICE)
+
+
+def _fingerprint(tensor: torch.Tensor) -> tuple[Any, ...]:
+    """A cheap summary that tells two outputs apart (for the "cached?" hint only)."""
+    flat = tensor.detach().reshape(-1)
+    step = max(1, flat.numel() // 4096)
+    total = float(torch.sum(flat, dtype=torch.float64)) if flat.numel() else 0.0
+    return (
+        tuple(tensor.shape),
+        str(tensor.dtype),
+        repr(total),  # NaN equals NaN as text
+        flat[::step].contiguous().cpu().view(torch.uint8).numpy().tobytes(),
+    )
 
 
 class Grader:
@@ -272,13 +299,13 @@ class Grader:
         if self.gpu_budget is None:
             return
         with _stage(result, "gpu_memory_wait"):
-            held.enter_context(self.gpu_budget.reserve(estimate_gib(entry.io()), deadline))
+            held.enter_context(self.gpu_budget.reserve(job_gpu_gib(entry.io()), deadline))
 
     def _candidate_gpu_bytes(self, entry: _ProblemEntry) -> int | None:
-        """The GPU memory a candidate may take: its host memory cap, or 4x the problem's I/O."""
+        """The GPU memory a candidate may take: room for its inputs, outputs and temporaries."""
         if self.device != "cuda":
             return None
-        return max(self.config.candidate_memory_mb * 2**20, 4 * entry.io())
+        return candidate_gpu_bytes(entry.io())
 
     # -- problems -----------------------------------------------------------------
     def _problem(self, job: Job) -> _ProblemEntry:
@@ -293,18 +320,20 @@ class Grader:
         return entry
 
     def _degenerate(self, entry: _ProblemEntry, atol: float, rtol: float) -> str:
+        """Why a constant answer could pass (cached per problem); one perturbed run at a time."""
         if entry.degenerate is None:
             problem = entry.problem
             inputs = problem.make_inputs(1234)
             outputs = problem.reference(inputs)
-            perturbed = []
+            reasons = compare.output_degeneracy(outputs, atol, rtol)
             fresh = problem.make_inputs(4321)
             for j, value in enumerate(inputs):
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
                     changed = list(inputs)
                     changed[j] = fresh[j]
-                    perturbed.append(problem.reference(changed))
-            entry.degenerate = compare.degenerate_reason(outputs, perturbed, atol, rtol)
+                    if compare.same_outputs(outputs, problem.reference(changed), atol, rtol):
+                        reasons.append(f"outputs do not depend on input {j}")
+            entry.degenerate = "; ".join(reasons)
         return entry.degenerate
 
     # -- the job ------------------------------------------------------------------
@@ -448,36 +477,39 @@ class Grader:
         return specs
 
     @staticmethod
-    def _copy_files(
+    def _blank_files(
         proc: CandidateProcess, specs: list[dict[str, Any]], name: str
     ) -> list[dict[str, Any]]:
-        """The files of `specs` copied under `name` (host to host: no second device transfer)."""
-        copies = []
+        """Zero-filled files the size of `specs`' (sparse: nothing is written)."""
+        blanks = []
         for i, spec in enumerate(specs):
             if "path" not in spec:
-                copies.append(spec)
+                blanks.append(spec)
                 continue
             path = os.path.join(proc.job_dir, f"{name}{i}.bin")
             if os.path.exists(spec["path"]):  # empty tensors have no file
-                shutil.copyfile(spec["path"], path)
+                with open(path, "wb") as handle:
+                    handle.truncate(os.path.getsize(spec["path"]))
                 hand_over(path)
                 os.chmod(path, 0o600)
-            copies.append({**spec, "path": path})
-        return copies
+            blanks.append({**spec, "path": path})
+        return blanks
 
-    @staticmethod
-    def _read(spec: dict[str, Any]) -> torch.Tensor:
+    def _read(self, spec: dict[str, Any]) -> torch.Tensor:
+        """A file the candidate wrote, as a private tensor on this grader's device.
+
+        Copied at once, in one pass from the file's mapping: later writes to the file
+        (a lingering process) cannot change what is judged.
+        """
         dtype = getattr(torch, spec["dtype"])
         numel = 1
         for dim in spec["shape"]:
             numel *= dim
         if numel == 0:
-            return torch.empty(spec["shape"], dtype=dtype)
-        return (
-            torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype)
-            .view(spec["shape"])
-            .clone()
-        )
+            return torch.empty(spec["shape"], dtype=dtype, device=self.device)
+        mapped = torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype)
+        copy = mapped.to(self.device) if self.device != "cpu" else mapped.clone()
+        return copy.view(spec["shape"])
 
     def _run(
         self,
@@ -489,11 +521,13 @@ class Grader:
         atol: float,
         rtol: float,
         hold: SharedHold | None = None,
-    ) -> tuple[compare.Comparison, dict[str, Any]]:
+    ) -> tuple[compare.Comparison, dict[str, Any], list[torch.Tensor]]:
+        """One call of the candidate in `mode`: its comparison, reply and outputs."""
         in_specs = self._write(proc, "in", inputs, writable=False)
         out_specs = self._write(proc, "out", expected, writable=True)
-        # Starts as a copy of the inputs: a reply forged without running leaves it so.
-        after_specs = self._copy_files(proc, in_specs, "after")
+        # The harness writes the inputs as the candidate left them here; until it does
+        # they read as zeros (a reply forged without running shows as a mutation).
+        after_specs = self._blank_files(proc, in_specs, "after")
         reply = proc.request(
             deadline,
             lease=(SHARED_LEASE_S, hold.release) if hold is not None and hold.held else None,
@@ -504,12 +538,12 @@ class Grader:
             mode=mode,
         )
         self._raise_failure(reply)
-        mutated = [
+        mutated = [  # one input on the device at a time, compared there
             i
             for i, (value, spec) in enumerate(zip(inputs, after_specs, strict=True))
             if isinstance(value, torch.Tensor)
             and value.numel()
-            and not torch.equal(self._read(spec), value.detach().to("cpu"))
+            and not torch.equal(self._read(spec), value.detach())
         ]
         if mutated:
             raise Rejected("input_mutation", f"the candidate changed input(s) {mutated}")
@@ -517,6 +551,7 @@ class Grader:
         if count != len(expected):
             raise Rejected("wrong_output", f"returned {count} outputs, expected {len(expected)}")
         comparisons = []
+        outputs = []
         for i, (info, spec, ref) in enumerate(
             zip(reply["outputs"], out_specs, expected, strict=True)
         ):
@@ -536,8 +571,10 @@ class Grader:
                     "wrong_output",
                     f"output {i} has dtype {info.get('dtype')}, expected {spec['dtype']}",
                 )
-            comparisons.append(compare.compare_tensor(ref, self._read(spec), atol, rtol))
-        return compare.combine(comparisons), reply
+            got = self._read(spec)
+            comparisons.append(compare.compare_tensor(ref, got, atol, rtol))
+            outputs.append(got)
+        return compare.combine(comparisons), reply, outputs
 
     def _judge(
         self,
@@ -577,8 +614,7 @@ class Grader:
         # holds no share of the GPU, so that timed loops elsewhere need not wait.
         with _stage(result, "compile"):
             self._compile(proc, entry, deadline)
-        previous: list[torch.Tensor] | None = None
-        previous_refs: list[torch.Tensor] | None = None
+        previous: list[tuple[Any, ...]] | None = None  # the last trial's output fingerprints
         launches = 0
         slowest_call = 0.0  # seconds, of the trials after the first (which may autotune)
         for index in range(job.trials):
@@ -588,15 +624,14 @@ class Grader:
                 self._check_reference(expected)
                 called = time.monotonic()
                 with _stage(result, "first_trial" if index == 0 else "trials"):
-                    comparison, reply = self._run(
+                    comparison, reply, outputs = self._run(
                         proc, inputs, expected, "normal", deadline, atol, rtol, hold
                     )
                 if index > 0 or job.trials == 1:
                     slowest_call = max(slowest_call, time.monotonic() - called)
-                previous = self._check_trial(
-                    index, proc, comparison, reply, expected, previous, previous_refs, result
-                )
-                previous_refs = expected
+                previous = self._check_trial(index, comparison, reply, outputs, previous, result)
+                # Freed before the next trial draws its inputs: GiB tensors on a shared GPU.
+                del inputs, expected, outputs
             launches = max(launches, int(reply.get("launches", 0)))
         result.kernel_launches = launches
 
@@ -641,21 +676,21 @@ class Grader:
             inputs = problem.make_inputs(seed)
             expected = problem.reference(inputs)
             with _stage(result, f"{mode}_check"):
-                comparison, _ = self._run(proc, inputs, expected, mode, deadline, atol, rtol, hold)
+                comparison, _, _ = self._run(
+                    proc, inputs, expected, mode, deadline, atol, rtol, hold
+                )
         return comparison
 
     def _check_trial(
         self,
         index: int,
-        proc: CandidateProcess,
         comparison: compare.Comparison,
         reply: dict[str, Any],
-        expected: list[torch.Tensor],
-        previous: list[torch.Tensor] | None,
-        previous_refs: list[torch.Tensor] | None,
+        outputs: list[torch.Tensor],
+        previous: list[tuple[Any, ...]] | None,
         result: VerifyResult,
-    ) -> list[torch.Tensor]:
-        """Record one trial; reject a wrong or kernel-less one. Returns its outputs."""
+    ) -> list[tuple[Any, ...]]:
+        """Record one trial; reject a wrong or kernel-less one. Returns its outputs' fingerprints."""
         result.trials.append(
             TrialOutcome(
                 index=index,
@@ -666,15 +701,15 @@ class Grader:
                 message=comparison.message,
             )
         )
-        outputs = self._outputs(proc, expected)
+        fingerprints = [_fingerprint(t) for t in outputs]
         if not comparison.passed:
             hint = ""
-            if previous is not None and previous_refs is not None and self._same(previous, outputs):
+            if previous is not None and previous == fingerprints:
                 hint = " (the same output as for the previous, different inputs: cached?)"
             raise Rejected("wrong_output", f"trial {index}: {comparison.message}{hint}")
         if reply.get("launches", 0) == 0:
             raise Rejected("no_triton_kernel", "no Triton kernel was launched")
-        return outputs
+        return fingerprints
 
     def _compile(self, proc: CandidateProcess, entry: _ProblemEntry, deadline: float) -> None:
         """Run the candidate once with launches that compile and load but run nothing.
@@ -715,18 +750,6 @@ class Grader:
             verdict = "runtime_error"
         raise Rejected(verdict, str(reply.get("message", ""))[:4000])
 
-    def _outputs(self, proc: CandidateProcess, expected: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [
-            self._read(
-                {
-                    "path": os.path.join(proc.job_dir, f"out{i}.bin"),
-                    "shape": list(e.shape),
-                    "dtype": str(e.dtype).removeprefix("torch."),
-                }
-            )
-            for i, e in enumerate(expected)
-        ]
-
     def _check_log_cap(self, proc: CandidateProcess) -> None:
         """Output past the cap is a broken candidate, even if it swallowed the write errors."""
         with contextlib.suppress(OSError):
@@ -734,10 +757,6 @@ class Grader:
                 raise Rejected(
                     "resource_limit", f"wrote more than {self.limits.file_mb} MiB to stdout/stderr"
                 )
-
-    @staticmethod
-    def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-        return all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
     @staticmethod
     def _check_reference(expected: list[torch.Tensor]) -> None:

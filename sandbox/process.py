@@ -286,7 +286,11 @@ class CandidateProcess:
         if signo:
             name = signal.Signals(signo).name if signo in signal.valid_signals() else str(signo)
             return CandidateDied("runtime_error", f"the candidate process died with {name}")
-        return CandidateDied("runtime_error", f"the candidate process exited (status {code})")
+        last = next((line for line in reversed(log.splitlines()) if line.strip()), "")
+        reason = f": {last.strip()[:300]}" if code and last else ""
+        return CandidateDied(
+            "runtime_error", f"the candidate process exited (status {code}){reason}"
+        )
 
     def log_tail(self) -> str:
         try:

@@ -30,6 +30,7 @@ from sandbox.result import VerifyResult
 from tests.sandbox.cases.manifest import Case, check_manifest, load_cases
 
 ADVERSARIAL = load_cases("adversarial")
+ADVERSARIAL_BY_NAME = {case.name: case for case in ADVERSARIAL}
 ESCAPES = {case.name: case for case in load_cases("escape")}
 HONEST = {case.name: case for case in load_cases("honest")}
 # Two jobs in flight at once: the session server has two workers.
@@ -147,6 +148,20 @@ def test_adversarial_verdict(
     if candidate_uid != 0:
         expect = expect + UNPRIVILEGED_VERDICTS.get(case.name, ())
     assert result.verdict in expect, explain(case, result)
+
+
+def test_failed_harness_step_names_its_reason(submitted: dict[str, Future[VerifyResult]]) -> None:
+    """When a step of the harness itself fails (here the output file is gone), the
+    verdict says why; the process does not just vanish with an exit status."""
+    future = submitted.get("adversarial/sabotage_output_file")
+    if future is None:
+        pytest.skip("the case was deselected")
+    result = future.result(timeout=JOB_TIMEOUT_S * 2)
+    assert result.verdict == "runtime_error", explain(
+        ADVERSARIAL_BY_NAME["sabotage_output_file"], result
+    )
+    assert "Is a directory" in result.message, result.message
+    assert "exited (status" not in result.message, result.message
 
 
 # -- escape attempts ----------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_a_killed_holder_leaks_nothing(tmp_path: Path) -> None:
 
 def test_requests_are_clamped_to_the_budget() -> None:
     assert estimate_gib(0) == 1
-    assert estimate_gib(GIB) == 3
+    assert estimate_gib(GIB) == 3  # the default factor
     assert estimate_gib(GIB // 3, factor=6.0) == 2
     with pytest.raises(ValueError, match="at least 1 GiB"):
         GpuMemoryBudget("/nonexistent", 0)
@@ -136,3 +136,13 @@ def test_a_jobs_gpu_share_is_freed_only_once_its_candidate_is_gone(tmp_path: Pat
     assert events == []
     grader.close()  # waits for the reaper
     assert events == ["reaped", "share freed"]
+
+
+def test_a_job_reserves_its_graders_copies_and_its_candidates_cap() -> None:
+    """A GiB-sized job reserves what its grader and its candidate can hold at once."""
+    from sandbox.grader import candidate_gpu_bytes, job_gpu_gib
+
+    assert candidate_gpu_bytes(0) == 2 * GIB  # small problems: room for a few temporaries
+    assert candidate_gpu_bytes(8 * GIB) == 24 * GIB
+    assert job_gpu_gib(8 * GIB) == 16 + 24
+    assert job_gpu_gib(1024) == 3  # rounded up to whole GiB

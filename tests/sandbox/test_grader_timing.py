@@ -54,7 +54,8 @@ class ScriptedCandidate:
     def request(self, deadline: float, **msg: Any) -> dict[str, Any]:
         self.commands.append(msg["cmd"])
         if msg["cmd"] == "stage":
-            self.staged = [Grader._read(spec) for spec in msg["inputs"]]
+            cpu = SimpleNamespace(device="cpu")
+            self.staged = [Grader._read(cpu, spec) for spec in msg["inputs"]]
             return {"ok": True}
         if msg["cmd"] == "ping":
             return {"ok": True}
