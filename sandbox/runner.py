@@ -113,6 +113,10 @@ class _Worker:
         # torch.compile in each grader: one pool of compile subprocesses per worker would
         # put workers x cores processes on the host; the workers are the parallelism.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+        # Blocks above 256 MiB are never split: a small long-lived allocation (a cuBLAS
+        # workspace, a cached kernel's buffer) carved from a freed GiB block would pin the
+        # whole block, outside every job's GPU memory reservation.
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:256")
         # Likewise for CPU tensor work: N graders each with a thread per core thrash.
         threads = str(max(1, (os.cpu_count() or 1) // max(1, config.workers)))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
