@@ -417,10 +417,18 @@ def spread(values: list[float]) -> str:
 
 
 STAGE_ORDER = (
-    "queue", "problem", "gpu_memory_wait", "spawn", "start", "load", "compile", "gpu_wait",
-    "first_trial", "trials", "poison_check", "noop_check", "baseline_compile", "timing_io",
-    "timing_wait", "timing", "timed_loops", "cleanup",
+    "queue", "static", "problem", "gpu_memory_wait", "spawn", "start", "load", "compile",
+    "gpu_wait", "reference", "first_trial", "trials", "poison_check", "noop_check",
+    "baseline_compile", "timing_io", "timing_wait", "timing", "timed_loops", "cleanup", "other",
 )  # fmt: skip
+# Stages inside another (`timing` holds the candidate's `timed_loops`) or outside the
+# grader's job (`queue`): left out of the sum that `other` completes to the job's time.
+NOT_IN_JOB_SUM = frozenset({"queue", "timed_loops"})
+
+
+def other_seconds(stages: dict[str, float], elapsed_s: float) -> float:
+    """The job's time that no stage accounts for (bookkeeping, files, the reaper's start)."""
+    return max(0.0, elapsed_s - sum(v for k, v in stages.items() if k not in NOT_IN_JOB_SUM))
 
 
 def cpu_times() -> tuple[float, float]:
@@ -624,6 +632,9 @@ def main(argv: list[str] | None = None) -> int:
                     for case, result in zip(cases, results, strict=True):
                         for name, seconds in result.stage_seconds.items():
                             row.stages.setdefault(name, []).append(seconds)
+                        row.stages.setdefault("other", []).append(
+                            other_seconds(result.stage_seconds, result.elapsed_s)
+                        )
                         if not result.correct:
                             first = result.message.splitlines()[0] if result.message else ""
                             notes.append(

@@ -356,7 +356,8 @@ class Grader:
 
                 fmt = detect_format(job.problem)
             job.format = fmt
-            static = static_verdict(job.candidate, fmt)
+            with _stage(result, "static"):
+                static = static_verdict(job.candidate, fmt)
             if static is not None:
                 if self._owns_baselines(job):
                     # The rest of the group waits for this job's baselines.
@@ -648,9 +649,10 @@ class Grader:
         slowest_call = 0.0  # seconds, of the trials after the first (which may autotune)
         for index in range(job.trials):
             with self._shared(result) as hold:
-                inputs = problem.make_inputs(base_seed + index)
-                expected = problem.reference(inputs)
-                self._check_reference(expected)
+                with _stage(result, "reference"):
+                    inputs = problem.make_inputs(base_seed + index)
+                    expected = problem.reference(inputs)
+                    self._check_reference(expected)
                 called = time.monotonic()
                 with _stage(result, "first_trial" if index == 0 else "trials"):
                     comparison, reply, outputs = self._run(
@@ -702,8 +704,9 @@ class Grader:
     ) -> compare.Comparison:
         """One call in `mode` on fresh inputs, with a share of the GPU; its comparison."""
         with self._shared(result) as hold:
-            inputs = problem.make_inputs(seed)
-            expected = problem.reference(inputs)
+            with _stage(result, "reference"):
+                inputs = problem.make_inputs(seed)
+                expected = problem.reference(inputs)
             with _stage(result, f"{mode}_check"):
                 comparison, _, _ = self._run(
                     proc, inputs, expected, mode, deadline, atol, rtol, hold
