@@ -377,6 +377,8 @@ def _train_once(spec: dict[str, Any], attention: str, remat: bool) -> dict[str, 
         "remat": remat,
         "compile_and_first_step_s": compile_s,
         "step_s": step_s,
+        "step_min_s": min(times),
+        "step_max_s": max(times),
         "tokens_per_s": batch * seq / step_s,
         "model_flops_per_step": train_flops(hf, batch, seq),
         "loss": float(loss),
@@ -599,16 +601,18 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "## SFT train step",
         "",
-        "| model | batch x seq | attention | step s | tokens/s | MFU | peak GiB | compile s |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| model | batch x seq | attention | step s (median) | min-max s | tokens/s | MFU "
+        "| peak GiB | compile s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["train"]:
         if "error" in r:
-            lines.append(f"| {r['model']} | - | - | - | - | - | - | - | {r['error']}")
+            lines.append(f"| {r['model']} | - | - | - | - | - | - | - | - | {r['error']}")
             continue
         lines.append(
             f"| {r['model']} | {r['batch']} x {r['seq']} | {r['attention']}{' +remat' if r['remat'] else ''} | "
-            f"{r['step_s']:.3f} | {r['tokens_per_s']:.0f} | {_fmt(100 * r['mfu'] if r['mfu'] is not None else None, '.1f')}% | "
+            f"{r['step_s']:.3f} | {_fmt(r.get('step_min_s'), '.3f')}-{_fmt(r.get('step_max_s'), '.3f')} | "
+            f"{r['tokens_per_s']:.0f} | {_fmt(100 * r['mfu'] if r['mfu'] is not None else None, '.1f')}% | "
             f"{_gib(r['peak_bytes'])} | {r['compile_and_first_step_s']:.1f} |"
         )
     if report["targets"]:
