@@ -15,6 +15,7 @@ import errno
 import importlib.util
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -49,6 +50,22 @@ def _tail(text: str, limit: int = MAX_MESSAGE) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+_SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def oom_from_full_gpu(message: str, held: int, free: int, cap: int) -> bool:
+    """Whether a CUDA out-of-memory `message` is the GPU's fault rather than the cap's.
+
+    True when the failed request fitted under the cap beside what the process `held`,
+    but the device had less `free`: a shared GPU that others filled.
+    """
+    asked = re.search(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)\b", message)
+    if "CUDA out of memory" not in message or asked is None:
+        return False
+    request = float(asked[1]) * _SIZE_UNITS[asked[2]]
+    return held + request <= cap and request > free
+
+
 class Harness:
     def __init__(self, conn: Connection, device: str, job_dir: str) -> None:
         import torch
@@ -65,6 +82,7 @@ class Harness:
         self.staged: list[Any] = []
         self.timed: dict[str, Any] = {}
         self.clock = None
+        self.gpu_cap: int | None = None  # bytes of GPU memory this candidate may take
         # Bound before the candidate is imported: its patches cannot reach these.
         self._from_file = torch.from_file
         self._copy = torch.Tensor.copy_
@@ -117,11 +135,18 @@ class Harness:
             or isinstance(error, OSError)
             and error.errno == errno.EFBIG
         ):
-            kind = "resource_limit"
+            kind = "gpu_full" if self._gpu_was_full(text_of_error) else "resource_limit"
         elif "CompilationError" in name or "CompileTimeAssertionFailure" in name:
             kind = "compile_error"
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         self.reply(ok=False, error_type=kind, message=_tail(f"{name}: {error}\n{text}"))
+
+    def _gpu_was_full(self, message: str) -> bool:
+        """Whether a CUDA out-of-memory error came from other processes, not this cap."""
+        if self.device != "cuda" or self.gpu_cap is None:
+            return False
+        free, _ = self.torch.cuda.mem_get_info()
+        return oom_from_full_gpu(message, self.torch.cuda.memory_reserved(), free, self.gpu_cap)
 
     def _tensor(self, spec: dict[str, Any], shared: bool) -> Any:
         torch = self.torch
@@ -185,6 +210,7 @@ class Harness:
             return
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total))
+        self.gpu_cap = limit
 
     def load(self, msg: dict[str, Any]) -> None:
         torch = self.torch

@@ -410,8 +410,8 @@ class Grader:
         except torch.cuda.OutOfMemoryError as err:
             result.verdict = "sandbox_error"
             result.message = (
-                "the grader ran out of GPU memory (workers share the GPU: fewer workers "
-                f"fit larger problems): {str(err).splitlines()[0][:300]}"
+                "the GPU ran out of memory for this job (workers share the GPU memory: "
+                f"fewer workers fit larger problems): {str(err).splitlines()[0][:300]}"
             )
         except Exception as err:  # noqa: BLE001 - our fault: report it, keep the worker
             result.verdict = "sandbox_error"
@@ -634,6 +634,7 @@ class Grader:
                 init_seed=42,
                 gpu_memory_bytes=self._candidate_gpu_bytes(entry),
             )
+        self._raise_if_gpu_full(reply)
         if not reply.get("ok"):
             raise Rejected(
                 reply.get("error_type", "compile_error"), str(reply.get("message", ""))[:4000]
@@ -766,10 +767,21 @@ class Grader:
         self._raise_failure(reply)
 
     @staticmethod
+    def _raise_if_gpu_full(reply: dict[str, Any]) -> None:
+        """A candidate that ran out of GPU memory under its cap met a GPU that others
+        filled: no fault of the kernel (a `sandbox_error`, which clients may retry)."""
+        if reply.get("error_type") == "gpu_full":
+            message = str(reply.get("message", "")).strip().splitlines() or [""]
+            raise torch.cuda.OutOfMemoryError(
+                f"the candidate's allocation fitted its cap but not the GPU: {message[0][:300]}"
+            )
+
+    @staticmethod
     def _raise_failure(reply: dict[str, Any]) -> None:
         """Reject the candidate when its harness reports that a call failed."""
         if reply.get("ok"):
             return
+        Grader._raise_if_gpu_full(reply)
         verdict = reply.get("error_type", "runtime_error")
         if verdict not in (
             "runtime_error",
@@ -904,6 +916,7 @@ class Grader:
                     ) from None
                 raise
         for reply in (events,) if not events.get("ok") else (events, wall):
+            self._raise_if_gpu_full(reply)
             if not reply.get("ok"):
                 raise Rejected(
                     reply.get("error_type", "runtime_error"), str(reply.get("message", ""))[:4000]
@@ -958,6 +971,7 @@ class Grader:
         """Hand the candidate the inputs of the timed runs, outside the timing lock."""
         in_specs = self._write(proc, "in", inputs, writable=False)
         staged = proc.request(deadline, cmd="stage", inputs=in_specs)
+        self._raise_if_gpu_full(staged)
         if not staged.get("ok"):
             raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
 

@@ -227,3 +227,17 @@ def test_io_bytes_come_from_shapes_alone(tmp_path: Path) -> None:
     problem = load_problem(source, "functional", "cpu", str(tmp_path))
     # The broadcast output (1024 x 512) dominates its small inputs.
     assert problem.io_bytes() == (1024 + 512 + 1024 * 512) * 4
+
+
+def test_an_oom_under_the_cap_on_a_full_gpu_is_not_the_kernels_fault() -> None:
+    """A request that fits the candidate's cap but not the device: others filled the GPU."""
+    from sandbox.candidate import oom_from_full_gpu
+
+    gib = 2**30
+    oom = "CUDA out of memory. Tried to allocate 3.99 GiB. GPU 0 has a total capacity of 139.80 GiB"
+    assert oom_from_full_gpu(oom, held=2 * gib, free=gib, cap=12 * gib)
+    # Past its own cap: the kernel's doing, whatever the device has free.
+    assert not oom_from_full_gpu(oom, held=10 * gib, free=gib, cap=12 * gib)
+    # The device had room: the cap refused it.
+    assert not oom_from_full_gpu(oom, held=2 * gib, free=50 * gib, cap=12 * gib)
+    assert not oom_from_full_gpu("MemoryError", held=0, free=0, cap=12 * gib)
