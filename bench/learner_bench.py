@@ -344,6 +344,8 @@ def _train_once(spec: dict[str, Any], attention: str, remat: bool) -> dict[str, 
     graphdef, state = nnx.split(model_io.random_model(cfg, seed=0))
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-5, weight_decay=0.1))
     opt_state = optimizer.init(state)
+    # Placed (committed) like the step's outputs: else the second step compiles again.
+    state, opt_state = jax.device_put((state, opt_state), jax.devices()[0])
 
     def loss_fn(state: Any, tokens: Any) -> Any:
         model = nnx.merge(graphdef, state)
