@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -115,17 +116,21 @@ def same_outputs(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol
 
 
 def degenerate_reason(
-    outputs: list[torch.Tensor], perturbed: list[list[torch.Tensor]], atol: float, rtol: float
+    outputs: list[torch.Tensor],
+    perturbed: Iterable[tuple[int, list[torch.Tensor]]],
+    atol: float,
+    rtol: float,
 ) -> str:
     """Why a zero or constant answer could pass this problem ('' when it cannot).
 
-    `perturbed[j]` holds the outputs with input j redrawn. Robust-kbench's filters:
-    constant outputs, outputs below the tolerance, outputs blind to an input.
+    `perturbed` yields (j, the outputs with input j redrawn), one at a time (a generator
+    keeps one GiB set alive, not all). Robust-kbench's filters: constant outputs,
+    outputs below the tolerance, outputs blind to an input.
     """
     reasons = output_degeneracy(outputs, atol, rtol)
     reasons += [
         f"outputs do not depend on input {j}"
-        for j, outs in enumerate(perturbed)
+        for j, outs in perturbed
         if same_outputs(outputs, outs, atol, rtol)
     ]
     return "; ".join(reasons)

@@ -94,10 +94,10 @@ def test_combine_names_the_failing_output() -> None:
 
 def test_degenerate_problems_are_flagged() -> None:
     x = torch.randn(8, 8)
-    assert degenerate_reason([x], [[torch.randn(8, 8)]], 1e-4, 1e-4) == ""
+    assert degenerate_reason([x], [(0, [torch.randn(8, 8)])], 1e-4, 1e-4) == ""
     assert "constant" in degenerate_reason([torch.full((8, 8), 3.0)], [], 1e-4, 1e-4)
     assert "smaller than the tolerance" in degenerate_reason([x * 1e-7], [], 1e-4, 1e-4)
-    assert "do not depend on input 0" in degenerate_reason([x], [[x.clone()]], 1e-4, 1e-4)
+    assert "do not depend on input 2" in degenerate_reason([x], [(2, [x.clone()])], 1e-4, 1e-4)
 
 
 @pytest.mark.parametrize(
