@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sandbox import isolation
+from sandbox.transfer import receive_descriptors
 
 MAX_MESSAGE = 4000
 # Triton's autotuner times each config for 25 ms of warm-up and 100 ms of runs; here
@@ -87,8 +88,13 @@ class Harness:
         self._from_file = torch.from_file
         self._copy = torch.Tensor.copy_
         self._empty = torch.empty
+        self.fds: list[int] = []  # shared device buffers that came with the current command
+        self._shared_buffer: Any = None
         guard.install()
         if device == "cuda":
+            from sandbox.device_share import SharedBuffer
+
+            self._shared_buffer = SharedBuffer
             from sandbox import launchers
 
             launchers.install_candidate_hook(self.ask)
@@ -158,25 +164,42 @@ class Harness:
             numel *= dim
         if numel == 0:
             return self._empty(spec["shape"], dtype=dtype)
+        if "fd_index" in spec:  # the grader's device memory, mapped here
+            fd = self.fds[spec["fd_index"]]
+            buffer = self._shared_buffer.open(fd, spec["size"], self.torch.cuda.current_device())
+            return buffer.tensor(dtype, spec["shape"])
         if "path" not in spec:  # shape only: memory on the device, never written
             return self._empty(spec["shape"], dtype=dtype, device=self.device)
         flat = self._from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
         return flat.view(spec["shape"])
 
     def _inputs(self, specs: list[dict[str, Any]]) -> list[Any]:
-        """The candidate's private copies of the grader's input files, on the device.
+        """The inputs on the device: the grader's shared memory itself, or private copies.
 
-        One copy straight from the file's mapping (the grader judges mutation from what
-        the candidate leaves in its `inputs_after` files, not from these).
+        A file is copied once, straight from its mapping (the grader judges mutation
+        from what the candidate leaves in its `inputs_after` files, not from these). In
+        shared memory the candidate runs on the grader's copy, which the grader checks.
         """
+        tensors = [self._tensor(s, shared=False) for s in specs]
         return [
-            t.to(self.device, copy=True) if isinstance(t, self.torch.Tensor) else t
-            for t in (self._tensor(s, shared=False) for s in specs)
+            t.to(self.device, copy=True)
+            if isinstance(t, self.torch.Tensor) and "path" in spec
+            else t
+            for t, spec in zip(tensors, specs, strict=True)
         ]
 
     def _sync(self) -> None:
         if self.clock is not None:
             self.clock.synchronize()
+
+    def _settle(self) -> None:
+        """Finish this process's copies into the grader's memory before replying.
+
+        The grader reads shared device memory as soon as the reply comes; its stream is
+        not ordered after this process's.
+        """
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
 
     def _call(self, inputs: list[Any]) -> Any:
         return self.entry(*inputs)
@@ -308,6 +331,7 @@ class Harness:
         for now, spec in zip(inputs, msg.get("inputs_after", []), strict=False):
             if isinstance(now, torch.Tensor) and now.numel() and list(now.shape) == spec["shape"]:
                 self._copy(self._tensor(spec, shared=True), now.detach())
+        self._settle()
         self.reply(ok=True, launches=launches, count=len(result), outputs=outputs)
 
     def time(self, msg: dict[str, Any]) -> None:
@@ -352,6 +376,7 @@ class Harness:
                     and value.numel()
                 ):
                     self._copy(self._tensor(spec, shared=True), value.detach())
+        self._settle()
         self.reply(ok=True)
 
     def ping(self, msg: dict[str, Any]) -> None:
@@ -383,11 +408,17 @@ class Harness:
                 return
             self.seq = msg.get("seq")
             try:
+                if msg.get("fds"):
+                    self.fds = receive_descriptors(self.conn.fileno(), int(msg["fds"]))
                 handlers[msg["cmd"]](msg)
             except Exception as error:  # noqa: BLE001 - the harness's own steps (files, copies)
                 # Staging a GiB input or writing an output can fail (memory, disk): the
                 # grader gets a verdict with the reason instead of a process that vanished.
                 self.fail(error)
+            finally:
+                for fd in self.fds:  # each mapping holds its memory; the descriptors can go
+                    os.close(fd)
+                self.fds = []
 
 
 def serve(fd: int, job_dir: str, device: str, processes: int) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from sandbox import compare
+from sandbox import compare, device_share
 from sandbox.config import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -43,6 +43,7 @@ from sandbox.problem import Problem, ProblemError, load_problem, source_key
 from sandbox.process import CandidateDied, CandidateProcess, candidate_env
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.static_checks import static_verdict
+from sandbox.transfer import Exchange
 from sandbox.zygote import CANDIDATE_NICE, TIMED_NICE, Zygote, ZygoteError
 
 SANDBOX_VERSION = "0.1.0"
@@ -222,7 +223,16 @@ class Grader:
         self.gpu_budget: GpuMemoryBudget | None = None
         self.launchers: LauncherCache | None = None
         self.gate: GpuGate | None = None
+        # Tensors cross to candidates in shared device memory where the driver allows.
+        self.share_memory = False
         if device == "cuda":
+            why_not = device_share.available()
+            self.share_memory = why_not is None
+            if why_not is not None:
+                print(
+                    f"drtriton sandbox: tensors go through files (no shared GPU memory: {why_not})",
+                    file=sys.stderr,
+                )
             self.launchers = LauncherCache(os.path.join(config.job_root, "launchers"))
             from sandbox.timing import bind_clock
 
@@ -477,66 +487,8 @@ class Grader:
         self._reapers.append(thread)
 
     # -- steps --------------------------------------------------------------------
-    def _write(
-        self, proc: CandidateProcess, name: str, values: list[Any], writable: bool
-    ) -> list[dict[str, Any]]:
-        specs = []
-        for i, value in enumerate(values):
-            if not isinstance(value, torch.Tensor):
-                specs.append({"value": value})
-                continue
-            path = os.path.join(proc.job_dir, f"{name}{i}.bin")
-            spec = {
-                "path": path,
-                "shape": list(value.shape),
-                "dtype": str(value.dtype).removeprefix("torch."),
-            }
-            if value.numel():
-                buffer = torch.from_file(path, shared=True, size=value.numel(), dtype=value.dtype)
-                if writable:
-                    buffer.fill_(float("nan") if value.is_floating_point() else 0)
-                else:
-                    buffer.copy_(value.detach().reshape(-1))  # from the device, one pass
-                del buffer
-                hand_over(path)
-                os.chmod(path, 0o600)
-            specs.append(spec)
-        return specs
-
-    @staticmethod
-    def _blank_files(
-        proc: CandidateProcess, specs: list[dict[str, Any]], name: str
-    ) -> list[dict[str, Any]]:
-        """Zero-filled files the size of `specs`' (sparse: nothing is written)."""
-        blanks = []
-        for i, spec in enumerate(specs):
-            if "path" not in spec:
-                blanks.append(spec)
-                continue
-            path = os.path.join(proc.job_dir, f"{name}{i}.bin")
-            if os.path.exists(spec["path"]):  # empty tensors have no file
-                with open(path, "wb") as handle:
-                    handle.truncate(os.path.getsize(spec["path"]))
-                hand_over(path)
-                os.chmod(path, 0o600)
-            blanks.append({**spec, "path": path})
-        return blanks
-
-    def _read(self, spec: dict[str, Any]) -> torch.Tensor:
-        """A file the candidate wrote, as a private tensor on this grader's device.
-
-        Copied at once, in one pass from the file's mapping: later writes to the file
-        (a lingering process) cannot change what is judged.
-        """
-        dtype = getattr(torch, spec["dtype"])
-        numel = 1
-        for dim in spec["shape"]:
-            numel *= dim
-        if numel == 0:
-            return torch.empty(spec["shape"], dtype=dtype, device=self.device)
-        mapped = torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype)
-        copy = mapped.to(self.device) if self.device != "cpu" else mapped.clone()
-        return copy.view(spec["shape"])
+    def _exchange(self, proc: CandidateProcess) -> Exchange:
+        return Exchange(proc.job_dir, self.device, self.share_memory)
 
     def _run(
         self,
@@ -550,16 +502,20 @@ class Grader:
         hold: SharedHold | None = None,
     ) -> tuple[compare.Comparison, dict[str, Any], list[torch.Tensor]]:
         """One call of the candidate in `mode`: its comparison, reply and outputs."""
-        in_specs = self._write(proc, "in", inputs, writable=False)
-        out_specs = self._write(proc, "out", expected, writable=True)
-        # The harness writes the inputs as the candidate left them here; until it does
-        # they read as zeros (a reply forged without running shows as a mutation). Only
-        # the trials look: the checks' runs judge the answer alone, and each look moves
-        # the inputs across the bus twice more (GiBs, for paper-sized problems).
-        after_specs = self._blank_files(proc, in_specs, "after") if mode == "normal" else []
+        exchange = self._exchange(proc)
+        in_specs = exchange.put("in", inputs, writable=False)
+        out_specs = exchange.put("out", expected, writable=True)
+        # With files, the harness writes the inputs as the candidate left them into blank
+        # ones (until it does they read as zeros: a reply forged without running shows as
+        # a mutation). Only the trials look: the checks' runs judge the answer alone, and
+        # each look moves the inputs across the bus twice more (GiBs, for paper-sized
+        # problems). Shared memory needs no copy: the candidate ran on it.
+        after_specs = exchange.blanks(in_specs, "after") if mode == "normal" else []
+        left_specs = (after_specs or in_specs) if mode == "normal" else []
         reply = proc.request(
             deadline,
             lease=(SHARED_LEASE_S, hold.release) if hold is not None and hold.held else None,
+            fds=exchange.descriptors(),
             cmd="run",
             inputs=in_specs,
             outputs=out_specs,
@@ -569,13 +525,14 @@ class Grader:
         self._raise_failure(reply)
         mutated = [  # one input on the device at a time, compared there
             i
-            for i, (value, spec) in enumerate(zip(inputs, after_specs, strict=False))
+            for i, (value, spec) in enumerate(zip(inputs, left_specs, strict=False))
             if isinstance(value, torch.Tensor)
             and value.numel()
-            and not torch.equal(self._read(spec), value.detach())
+            and not torch.equal(exchange.read(spec), value.detach())
         ]
         if mutated:
             raise Rejected("input_mutation", f"the candidate changed input(s) {mutated}")
+        exchange.release(in_specs)
         count = reply.get("count")
         if count != len(expected):
             raise Rejected("wrong_output", f"returned {count} outputs, expected {len(expected)}")
@@ -600,7 +557,7 @@ class Grader:
                     "wrong_output",
                     f"output {i} has dtype {info.get('dtype')}, expected {spec['dtype']}",
                 )
-            got = self._read(spec)
+            got = exchange.read(spec)
             comparisons.append(compare.compare_tensor(ref, got, atol, rtol))
             outputs.append(got)
         return compare.combine(comparisons), reply, outputs
@@ -928,17 +885,16 @@ class Grader:
         if len(times) != runs or not all(t > 0 for t in times):
             raise Rejected("tampering", "the timing loop returned impossible measurements")
         with self._shared(result), _stage(result, "timing_io"):
+            exchange = self._exchange(proc)
             slots = {
-                slot: self._write(
-                    proc, f"timed_{slot}_{secrets.token_hex(8)}_", expected, writable=True
-                )
+                slot: exchange.put(f"timed_{slot}_{secrets.token_hex(8)}_", expected, writable=True)
                 for slot in ("events", "wall")
             }
-            fetched = proc.request(deadline, cmd="fetch", outputs=slots)
+            fetched = proc.request(deadline, fds=exchange.descriptors(), cmd="fetch", outputs=slots)
             if not fetched.get("ok"):
                 raise Rejected("runtime_error", str(fetched.get("message", ""))[:4000])
             for specs in slots.values():
-                self._check_timed(expected, specs, atol, rtol)
+                self._check_timed(exchange, expected, specs, atol, rtol)
         median, spread = summarize(times)
         # The warm-up call plus `runs` back-to-back calls, less one empty round trip.
         host_ms = max(0.0, wall_s) * 1e3 / (runs + 1)
@@ -968,14 +924,16 @@ class Grader:
 
     def _stage_inputs(self, proc: CandidateProcess, inputs: list[Any], deadline: float) -> None:
         """Hand the candidate the inputs of the timed runs, outside the timing lock."""
-        in_specs = self._write(proc, "in", inputs, writable=False)
-        staged = proc.request(deadline, cmd="stage", inputs=in_specs)
+        exchange = self._exchange(proc)
+        in_specs = exchange.put("in", inputs, writable=False)
+        staged = proc.request(deadline, fds=exchange.descriptors(), cmd="stage", inputs=in_specs)
         self._raise_if_gpu_full(staged)
         if not staged.get("ok"):
             raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
 
+    @staticmethod
     def _check_timed(
-        self,
+        exchange: Exchange,
         expected: list[torch.Tensor],
         out_specs: list[dict[str, Any]],
         atol: float,
@@ -983,7 +941,7 @@ class Grader:
     ) -> None:
         check = compare.combine(
             [
-                compare.compare_tensor(e, self._read(s), atol, rtol)
+                compare.compare_tensor(e, exchange.read(s), atol, rtol)
                 for e, s in zip(expected, out_specs, strict=True)
             ]
         )

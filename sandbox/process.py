@@ -31,6 +31,7 @@ from sandbox.isolation import (
 )
 from sandbox.launchers import LauncherCache
 from sandbox.timing import SPIN_RATE_ENV
+from sandbox.transfer import send_descriptors
 from sandbox.zygote import Zygote
 
 MAX_REPLY_BYTES = 1 << 20
@@ -242,18 +243,26 @@ class CandidateProcess:
         self,
         deadline: float,
         lease: tuple[float, Callable[[], None]] | None = None,
+        fds: list[int] | None = None,
         **message: Any,
     ) -> dict[str, Any]:
         """Send one command and wait for its reply until `deadline`.
 
-        With `lease=(seconds, expire)`, `expire()` is called once if no reply has come
-        within `seconds` (the grader then gives up its shared hold on the GPU).
+        `fds` (shared device buffers, `sandbox.transfer`) follow the command on the
+        socket; this call closes them. With `lease=(seconds, expire)`, `expire()` is
+        called once if no reply has come within `seconds` (the grader then gives up its
+        shared hold on the GPU).
         """
         self.sequence += 1
         try:
-            self.conn.send({**message, "seq": self.sequence})
+            self.conn.send({**message, "seq": self.sequence, "fds": len(fds or ())})
+            if fds:
+                send_descriptors(self.conn.fileno(), fds)
         except (BrokenPipeError, OSError):
             raise self._death() from None
+        finally:
+            for fd in fds or ():
+                os.close(fd)
         if lease is not None:
             seconds, expire = lease
             wait = min(seconds, deadline - time.monotonic())

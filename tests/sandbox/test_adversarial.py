@@ -99,10 +99,13 @@ def test_manifest_matches_case_files() -> None:
 # is necessary, not sufficient). Strict: they must start failing when fixed.
 INTERPRETER_GAPS = {"fallback_in_interpreted_kernel", "fallback_numpy_raw_memory"}
 # On a GPU, tensors live in device memory: reading them through raw host pointers
-# (ctypes, NumPy) crashes the candidate before any answer exists.
+# (ctypes, NumPy) crashes the candidate before any answer exists. And they cross
+# between grader and candidate in shared device memory, not files: there is no
+# output file to sabotage, and the right answer the candidate computed stands.
 GPU_VERDICTS = {
     "fallback_numpy_raw_memory": ("runtime_error",),
     "fallback_probe_memo": ("runtime_error",),
+    "sabotage_output_file": ("correct",),
 }
 # A candidate that runs as an unprivileged user (not uid 0 with capabilities dropped)
 # cannot signal the sandbox process above it: the attack fails and the right answer
@@ -156,6 +159,8 @@ def test_failed_harness_step_names_its_reason(submitted: dict[str, Future[Verify
     future = submitted.get("adversarial/sabotage_output_file")
     if future is None:
         pytest.skip("the case was deselected")
+    if os.environ.get("DRTRITON_TEST_DEVICE", "cpu") == "cuda":
+        pytest.skip("on a GPU outputs travel in shared device memory: no file to break")
     result = future.result(timeout=JOB_TIMEOUT_S * 2)
     assert result.verdict == "runtime_error", explain(
         ADVERSARIAL_BY_NAME["sabotage_output_file"], result

@@ -23,6 +23,7 @@ from sandbox.grader import Grader, Rejected, _ProblemEntry
 from sandbox.problem import load_problem
 from sandbox.process import CandidateDied
 from sandbox.result import VerifyResult
+from sandbox.transfer import Exchange
 
 PROBLEM = """
 import torch
@@ -54,8 +55,8 @@ class ScriptedCandidate:
     def request(self, deadline: float, **msg: Any) -> dict[str, Any]:
         self.commands.append(msg["cmd"])
         if msg["cmd"] == "stage":
-            cpu = SimpleNamespace(device="cpu")
-            self.staged = [Grader._read(cpu, spec) for spec in msg["inputs"]]
+            files = Exchange(self.job_dir, "cpu", shared=False)
+            self.staged = [files.read(spec) for spec in msg["inputs"]]
             return {"ok": True}
         if msg["cmd"] == "ping":
             return {"ok": True}
