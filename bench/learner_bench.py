@@ -24,7 +24,20 @@ Random weights in the real Qwen2.5-0.5B / 1.5B shapes (bf16), prompts of 512 ran
 Every measurement runs in its own subprocess (JAX and torch never share the GPU at once; JAX
 gets XLA_PYTHON_CLIENT_MEM_FRACTION=0.90 while it runs alone). Results print as a table and go
 to --out as JSON with a markdown copy beside it, rewritten after every subprocess so a run cut
-short keeps what it measured. --skip torch,train,decode and --batches trim a run.
+short keeps what it measured. --skip torch,train,decode and --batches trim a run; --unfused
+runs the decode rows on the model's modules instead of the fused decode weights (an A/B).
+
+Decode diagnostics (what a decode step costs, kernel by kernel):
+
+    python -m bench.learner_bench --models 0.5b --profile-decode runs/trace --out runs/profile
+    python -m bench.learner_bench --models 0.5b --hlo-count --batches 1,64   # any backend
+
+--profile-decode traces a short greedy decode (--profile-new tokens, batch --profile-batch) of
+the first model per path (--paths fused,module) under `jax.profiler.trace` and prints the GPU
+kernels of one step from the `*.trace.json.gz` it writes: name, count and time per step. On a
+CPU it says there is no GPU trace. --hlo-count compiles the decode program from shapes alone
+(no weights) and counts the kernel-launching instructions of its per-token loop body, so two
+versions of the step can be compared without a GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +52,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from bench.xla_kernels import decode_step_kernels, gpu_kernels_from_trace, kernel_table
 
 # Qwen2.5 shapes (the Coder models share them). Plain dicts: the torch worker imports no jax.
 MODELS: dict[str, dict[str, Any]] = {
@@ -179,7 +194,36 @@ def worker_calibrate(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _jax_decode_batch(engine: Any, batch: int, prompt: int, new: int, chunk: int) -> dict[str, Any]:
+def _decode_inputs(vocab: int, batch: int, prompt: int) -> dict[str, Any]:
+    """Random prompts (no padding) and the per-row inputs of a greedy decode with no stops."""
+    import numpy as np
+
+    rng = np.random.default_rng(batch)
+    return {
+        "tokens": rng.integers(0, vocab, size=(batch, prompt)).astype(np.int32),
+        "starts": np.zeros(batch, np.int32),
+        "seeds": np.arange(batch, dtype=np.uint32),
+        "stops": np.full((batch, 0, 1), -1, np.int32),
+        "eos": np.zeros((0,), np.int32),
+        "base_seed": np.uint32(0),
+    }
+
+
+def _decode_options(new: int, chunk: int, fused: bool) -> dict[str, Any]:
+    return {
+        "max_new": new,
+        "temperature": 0.0,
+        "top_k": 0,
+        "top_p": 1.0,
+        "pad_id": 0,
+        "chunk": chunk,
+        "fused": fused,
+    }
+
+
+def _jax_decode_batch(
+    engine: Any, batch: int, prompt: int, new: int, chunk: int, fused: bool = True
+) -> dict[str, Any]:
     """Time prefill and decode of one batch (greedy, no stops) after a warm-up run."""
     import jax
     import jax.numpy as jnp
@@ -187,22 +231,11 @@ def _jax_decode_batch(engine: Any, batch: int, prompt: int, new: int, chunk: int
 
     from learner import sampler
 
-    vocab = engine.config.vocab_size
-    tokens = np.random.default_rng(batch).integers(0, vocab, size=(batch, prompt)).astype(np.int32)
-    starts = np.zeros(batch, np.int32)
-    seeds = np.arange(batch, dtype=np.uint32)
-    stops = np.full((batch, 0, 1), -1, np.int32)
-    eos = np.zeros((0,), np.int32)
-    base_seed = np.uint32(0)
+    inputs = _decode_inputs(engine.config.vocab_size, batch, prompt)
+    tokens, starts, seeds = inputs["tokens"], inputs["starts"], inputs["seeds"]
+    stops, eos, base_seed = inputs["stops"], inputs["eos"], inputs["base_seed"]
     cache_len = prompt + sampler.decode_steps(new, chunk)
-    options = {
-        "max_new": new,
-        "temperature": 0.0,
-        "top_k": 0,
-        "top_p": 1.0,
-        "pad_id": 0,
-        "chunk": chunk,
-    }
+    options = _decode_options(new, chunk, fused)
 
     def run_prefill() -> Any:
         out = sampler.prefill(
@@ -258,7 +291,16 @@ def worker_jax_decode(spec: dict[str, Any]) -> dict[str, Any]:
     for batch in spec["batches"]:
         row: dict[str, Any] = {"batch": batch}
         try:
-            row.update(_jax_decode_batch(engine, batch, spec["prompt"], spec["new"], spec["chunk"]))
+            row.update(
+                _jax_decode_batch(
+                    engine,
+                    batch,
+                    spec["prompt"],
+                    spec["new"],
+                    spec["chunk"],
+                    spec.get("fused", True),
+                )
+            )
         except Exception as err:  # one batch failing (say, out of memory) must not hide the rest
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
         results.append(row)
@@ -411,11 +453,149 @@ def worker_jax_train(spec: dict[str, Any]) -> dict[str, Any]:
     raise RuntimeError(" / ".join(failures))
 
 
+# --------------------------------------------------------------------------------------------
+# Decode diagnostics: HLO kernels per step (any backend) and a GPU kernel profile
+# --------------------------------------------------------------------------------------------
+
+
+def _abstract_decode_args(cfg: Any, batch: int, prompt: int, new: int, chunk: int) -> tuple:
+    """Shape-only arguments of `sampler.decode` (bf16 cache): compile without any weights."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from learner import qwen2, sampler
+
+    graphdef, state = nnx.split(qwen2.abstract(cfg))
+    length = prompt + sampler.decode_steps(new, chunk)
+    kv = jax.ShapeDtypeStruct((batch, cfg.num_kv_heads, length, cfg.head_dim), jnp.bfloat16)
+    cache = tuple(qwen2.LayerCache(kv, kv) for _ in range(cfg.num_layers))
+
+    def sds(shape: tuple[int, ...], dtype: Any) -> Any:
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    return (
+        graphdef,
+        state,
+        cache,
+        sds((batch, cfg.vocab_size), jnp.float32),
+        sds((batch,), jnp.int32),
+        sds((batch,), jnp.uint32),
+        sds((batch, 0, 1), jnp.int32),
+        sds((0,), jnp.int32),
+        sds((), jnp.uint32),
+    )
+
+
+def _bf16_config(name: str) -> Any:
+    from learner import qwen2
+
+    return qwen2.Qwen2Config.from_hf(MODELS[name], param_dtype="bfloat16", dtype="bfloat16")
+
+
+def worker_hlo_count(spec: dict[str, Any]) -> dict[str, Any]:
+    """Kernels per decode step of the compiled program, fused and module paths, no weights."""
+    import jax
+
+    from learner import sampler
+
+    rows = []
+    for name in spec["models"]:
+        cfg = _bf16_config(name)
+        for batch in spec["batches"]:
+            args = _abstract_decode_args(cfg, batch, spec["prompt"], spec["new"], spec["chunk"])
+            for path in spec["paths"]:
+                options = _decode_options(spec["new"], spec["chunk"], path == "fused")
+                start = time.perf_counter()
+                text = sampler.decode.lower(*args, **options).compile().as_text()
+                counts = decode_step_kernels(text, spec["chunk"])
+                counts.pop("loop_op_names", None)
+                counts.pop("all_op_names", None)
+                rows.append(
+                    {
+                        "model": name,
+                        "batch": batch,
+                        "path": path,
+                        "compile_s": time.perf_counter() - start,
+                        **counts,
+                    }
+                )
+    return {"platform": jax.devices()[0].platform, "rows": rows}
+
+
+def worker_jax_profile(spec: dict[str, Any]) -> dict[str, Any]:
+    """Trace a short greedy decode per path; the GPU kernels of one step and the HLO count."""
+    import jax
+    import jax.numpy as jnp
+
+    from learner import model_io, sampler
+
+    cfg = _bf16_config(spec["model"])
+    engine = sampler.Sampler(model_io.random_model(cfg, seed=0))
+    batch, prompt, new, chunk = spec["batch"], spec["prompt"], spec["new"], spec["chunk"]
+    steps = sampler.decode_steps(new, chunk)
+    inputs = _decode_inputs(cfg.vocab_size, batch, prompt)
+    platform = jax.devices()[0].platform
+
+    def prefill() -> Any:
+        return jax.block_until_ready(
+            sampler.prefill(
+                engine.graphdef,
+                engine.state,
+                inputs["tokens"],
+                inputs["starts"],
+                cache_len=prompt + steps,
+                cache_dtype=jnp.bfloat16,
+            )
+        )
+
+    row_args = (inputs["starts"], inputs["seeds"], inputs["stops"], inputs["eos"])
+    base_seed = inputs["base_seed"]
+    results: dict[str, Any] = {"model": spec["model"], "batch": batch, "platform": platform}
+    for path in spec["paths"]:
+        options = _decode_options(new, chunk, path == "fused")
+        cache, logits = prefill()
+        args = (engine.graphdef, engine.state, cache, logits, *row_args, base_seed)
+        compiled = sampler.decode.lower(*args, **options).compile()
+        trace_dir = Path(spec["trace_dir"]) / f"{spec['model']}-b{batch}-{path}"
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        (trace_dir / "decode.hlo.txt").write_text(compiled.as_text())
+        counts = decode_step_kernels(compiled.as_text(), chunk)
+        loop_ops = set(counts.pop("loop_op_names", []))
+        all_ops = set(counts.pop("all_op_names", []))
+
+        def run(cache: Any, logits: Any, compiled: Any = compiled) -> float:
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(engine.state, cache, logits, *row_args, base_seed))
+            return time.perf_counter() - start
+
+        run(*prefill())  # warm-up (autotuning, first launch)
+        wall = run(*prefill())
+        cache, logits = prefill()  # the trace holds the decode program alone
+        with jax.profiler.trace(str(trace_dir)):
+            run(cache, logits)
+        entry: dict[str, Any] = {
+            "hlo": counts,
+            "wall_ms_per_step": 1e3 * wall / steps,
+            "trace_dir": str(trace_dir),
+        }
+        kernels = gpu_kernels_from_trace(trace_dir)
+        if kernels is None:
+            entry["note"] = f"no GPU in this trace (platform {platform}): no kernel table"
+        else:
+            ours = [k for k in kernels if k["module"] in (None, counts.get("module"))]
+            entry["profile"] = kernel_table(ours, loop_ops, all_ops, steps)
+        results[path] = entry
+    return results
+
+
 WORKERS = {
     "calibrate": worker_calibrate,
     "jax_decode": worker_jax_decode,
     "torch_decode": worker_torch_decode,
     "jax_train": worker_jax_train,
+    "hlo_count": worker_hlo_count,
+    "jax_profile": worker_jax_profile,
 }
 
 
@@ -567,6 +747,7 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
             "train_batch": args.train_batch,
             "train_seq": args.train_seq,
             "quick": args.quick,
+            "decode_path": "module" if args.unfused else "fused",
         },
         "calibration": calib,
         "decode": decode_rows,
@@ -651,6 +832,7 @@ def decode_spec(args: argparse.Namespace, name: str) -> dict[str, Any]:
         "prompt": args.prompt,
         "new": args.new,
         "chunk": args.chunk,
+        "fused": not args.unfused,
     }
 
 
@@ -690,6 +872,102 @@ def sweep_xla(args: argparse.Namespace, results: dict[str, Any]) -> int:
     return 0
 
 
+def hlo_count(args: argparse.Namespace) -> int:
+    """Kernels per decode step of the compiled program (no weights, any backend): compare
+    versions of the decode step on CPU too."""
+    spec = {
+        "models": args.models,
+        "batches": sorted(args.batches),
+        "prompt": args.prompt,
+        "new": args.new,
+        "chunk": args.chunk,
+        "paths": args.paths,
+    }
+    result = _spawn(
+        "hlo_count", spec, quick=args.quick, timeout=args.timeout, xla_flags=args.xla_flags
+    )
+    if "error" in result:
+        print(f"hlo_count failed: {result['error']}")
+        return 1
+    lines = [
+        f"HLO kernels per decode step ({result['platform']}; prompt {args.prompt}, "
+        f"{args.new} new, chunk {args.chunk})",
+        "",
+        "| model | batch | path | kernels/step | by opcode | compile s |",
+        "|---|---:|---|---:|---|---:|",
+    ]
+    for r in result["rows"]:
+        ops = ", ".join(
+            f"{k} {v:g}" for k, v in sorted(r["by_op_per_step"].items(), key=lambda kv: -kv[1])
+        )
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {r['path']} | {r['kernels_per_step']:g} | {ops} | "
+            f"{r['compile_s']:.1f} |"
+        )  # fmt: skip
+    print("\n".join(lines), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+def profile_decode(args: argparse.Namespace) -> int:
+    """GPU kernels of one decode step (batch --profile-batch, first of --models), per path."""
+    name = args.models[0]
+    spec = {
+        "model": name,
+        "batch": args.profile_batch,
+        "prompt": args.prompt,
+        "new": args.profile_new,
+        "chunk": args.chunk,
+        "paths": args.paths,
+        "trace_dir": str(args.profile_decode.resolve()),
+    }
+    result = _spawn(
+        "jax_profile", spec, quick=args.quick, timeout=args.timeout, xla_flags=args.xla_flags
+    )
+    if "error" in result:
+        print(f"profile failed: {result['error']}")
+        return 1
+    lines = [f"# Decode step profile: {name}, batch {args.profile_batch}, prompt {args.prompt}", ""]
+    for path in args.paths:
+        entry = result[path]
+        hlo = entry["hlo"]
+        lines += [
+            f"## path {path} ({result['platform']})",
+            "",
+            f"HLO kernels per step: {_fmt(hlo.get('kernels_per_step'), 'g')} "
+            f"({', '.join(f'{k} {v:g}' for k, v in hlo.get('by_op_per_step', {}).items())}); "
+            f"wall {entry['wall_ms_per_step']:.3f} ms per step; trace in {entry['trace_dir']}",
+            "",
+        ]  # fmt: skip
+        if "profile" not in entry:
+            lines += [entry.get("note", "no kernel table"), ""]
+            continue
+        prof = entry["profile"]
+        lines += [
+            f"GPU kernels per step: {prof['kernels_per_step']:g}, kernel time "
+            f"{prof['kernel_us_per_step']:.1f} us per step, GPU span {prof['gpu_span_us_per_step']:.1f} us "
+            f"per step ({prof['outside_loop_kernels']} kernels of the program ran outside the loop)",
+            "",
+            "| kernel | count/step | us/step | us each |",
+            "|---|---:|---:|---:|",
+        ]  # fmt: skip
+        for row in prof["rows"]:
+            each = row["us_per_step"] / row["per_step"] if row["per_step"] else 0.0
+            lines.append(
+                f"| `{row['kernel']}` | {row['per_step']:g} | {row['us_per_step']:.1f} | {each:.2f} |"
+            )
+        lines.append("")
+    print("\n".join(lines), flush=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -721,6 +999,31 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="'|'-separated XLA_FLAGS variants ('' = none): JAX decode only, one row per variant",
     )
+    parser.add_argument(
+        "--unfused",
+        action="store_true",
+        help="decode rows on the model's modules instead of the fused decode weights (A/B)",
+    )
+    parser.add_argument(
+        "--profile-decode",
+        type=Path,
+        metavar="DIR",
+        help="trace a short decode of the first --models into DIR; print one step's GPU kernels",
+    )
+    parser.add_argument("--profile-batch", type=int, default=1)
+    parser.add_argument(
+        "--profile-new", type=int, default=64, help="new tokens in the traced decode"
+    )
+    parser.add_argument(
+        "--hlo-count",
+        action="store_true",
+        help="kernels per decode step of the compiled program (no weights; any backend)",
+    )
+    parser.add_argument(
+        "--paths",
+        default="fused,module",
+        help="decode paths for --profile-decode and --hlo-count: fused,module",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="per worker, seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
@@ -737,6 +1040,13 @@ def main(argv: list[str] | None = None) -> int:
     args.train_batch = args.train_batch or (2 if q else 8)
     args.train_seq = args.train_seq or (64 if q else 2048)
     skip = set(filter(None, args.skip.split(",")))
+    args.paths = [p for p in args.paths.split(",") if p]
+    if not set(args.paths) <= {"fused", "module"}:
+        parser.error("--paths takes fused and/or module")
+    if args.hlo_count:
+        return hlo_count(args)
+    if args.profile_decode:
+        return profile_decode(args)
 
     def spawn(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         return _spawn(kind, spec, quick=q, timeout=args.timeout, xla_flags=args.xla_flags)

@@ -283,6 +283,13 @@ def causal_mask(batch: int, length: int) -> jax.Array:
     return jnp.broadcast_to(tri, (batch, length, length))
 
 
+def output_logits(hidden: jax.Array, weight: jax.Array, *, tied: bool) -> jax.Array:
+    """Float32 logits [..., vocab]: `weight` is the embedding table [V, M] if tied, else [M, V]."""
+    spec = "...m,vm->...v" if tied else "...m,mv->...v"
+    w = weight.astype(hidden.dtype)
+    return jnp.einsum(spec, hidden, w, preferred_element_type=jnp.float32)
+
+
 # --------------------------------------------------------------------------------------------
 # KV cache
 # --------------------------------------------------------------------------------------------
@@ -296,6 +303,33 @@ class LayerCache(NamedTuple):
 
 
 Cache = tuple[LayerCache, ...]
+
+
+def cached_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    mask: jax.Array | None,
+    cache: LayerCache | None,
+    cache_index: jax.Array | int | None,
+) -> tuple[jax.Array, LayerCache | None]:
+    """Write k, v [B, T, K, D] into the cache (if any) and attend; the one home of cache semantics.
+
+    Without a cache: attention among these tokens (causal unless `mask`). With `cache_index=None`:
+    fill the cache from slot 0 and attend among these tokens. With `cache_index=i`: write at slot
+    i and attend over the whole cache under `mask` [B, T, cache_length].
+    """
+    k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, T, D]
+    if cache is not None:
+        start = 0 if cache_index is None else cache_index
+        ck = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, 0, start, 0))
+        cv = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, 0, start, 0))
+        cache = LayerCache(ck, cv)
+        if cache_index is not None:  # extending: attend over everything cached so far
+            k, v = ck.astype(q.dtype), cv.astype(q.dtype)
+    if mask is None:
+        mask = causal_mask(q.shape[0], q.shape[1])
+    return grouped_attention(q, k, v, mask), cache
 
 
 def init_cache(cfg: Qwen2Config, batch: int, length: int, dtype: Any = None) -> Cache:
@@ -371,8 +405,7 @@ class Embedder(nnx.Module):
         return jnp.take(self.embedding[...], tokens, axis=0).astype(self.dtype)
 
     def decode(self, x: jax.Array) -> jax.Array:
-        table = self.embedding[...].astype(self.dtype)
-        return jnp.einsum("btm,vm->btv", x, table, preferred_element_type=jnp.float32)
+        return output_logits(x, self.embedding[...], tied=True)
 
 
 class Attention(nnx.Module):
@@ -399,17 +432,8 @@ class Attention(nnx.Module):
         if cache is None and mask is None and self.impl == "cudnn":
             out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
             return self.o_proj(out), None
-        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, T, D]
-        if cache is not None:
-            start = 0 if cache_index is None else cache_index
-            ck = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, 0, start, 0))
-            cv = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, 0, start, 0))
-            cache = LayerCache(ck, cv)
-            if cache_index is not None:  # extending: attend over everything cached so far
-                k, v = ck.astype(q.dtype), cv.astype(q.dtype)
-        if mask is None:
-            mask = causal_mask(x.shape[0], x.shape[1])
-        return self.o_proj(grouped_attention(q, k, v, mask)), cache
+        out, cache = cached_attention(q, k, v, mask, cache, cache_index)
+        return self.o_proj(out), cache
 
 
 class MLP(nnx.Module):
@@ -506,8 +530,7 @@ class Qwen2(nnx.Module):
         if self.lm_head is None:
             out = self.embedder.decode(hidden)
         else:
-            kernel = self.lm_head.kernel[...].astype(hidden.dtype)
-            out = jnp.einsum("btm,mv->btv", hidden, kernel, preferred_element_type=jnp.float32)
+            out = output_logits(hidden, self.lm_head.kernel[...], tied=False)
         return constrain(out, ACT_BTV)
 
     def __call__(
@@ -525,3 +548,150 @@ class Qwen2(nnx.Module):
 def abstract(cfg: Qwen2Config) -> Qwen2:
     """The model's structure with shapes and dtypes only (no memory, no compute, no tracing)."""
     return Qwen2(cfg, rngs=None)
+
+
+# --------------------------------------------------------------------------------------------
+# Decode with fused weights
+# --------------------------------------------------------------------------------------------
+
+# Layouts of the fused decode weights (the parameters' own rules are PARTITION_RULES above): the
+# KV-head axis carries `tp`, so a split keeps each KV head's query heads, key and value together.
+DECODE_QKV: tuple[str | None, ...] = ("fsdp", "tp", None, None)  # [hidden, kv, group + 2, hd]
+DECODE_QKV_BIAS: tuple[str | None, ...] = ("tp", None, None)  # [kv, group + 2, hd]
+DECODE_GATE_UP: tuple[str | None, ...] = ("fsdp", None, "tp")  # [hidden, 2, inner]
+
+
+class DecodeLayerWeights(NamedTuple):
+    """One layer's weights regrouped so a single token needs two projections, not five.
+
+    `qkv` [hidden, kv_heads, group + 2, head_dim] holds, per KV head, its `group` query heads (in
+    the order q_proj has them), then its key, then its value; `gate_up` [hidden, 2, inner] stacks
+    gate over up, so a `tp` split of `inner` keeps each gate column beside its up column.
+    `o_proj` is [heads * head_dim, hidden]: with one contracted dimension, XLA:GPU makes the
+    batch-1 product one reduction kernel; over (heads, head_dim) it wrote the [heads, head_dim,
+    hidden] elementwise product out and reduced it in a second kernel.
+    """
+
+    input_norm: jax.Array
+    qkv: jax.Array
+    qkv_bias: jax.Array
+    o_proj: jax.Array
+    post_attn_norm: jax.Array
+    gate_up: jax.Array
+    down: jax.Array
+
+
+class DecodeWeights(NamedTuple):
+    """The whole model in decode layout, in the compute dtype; `head` is the embedding if tied."""
+
+    embedding: jax.Array
+    layers: tuple[DecodeLayerWeights, ...]
+    final_norm: jax.Array
+    head: jax.Array
+
+
+def fuse_decode_weights(model: Qwen2) -> DecodeWeights:
+    """Build the decode layout from the model's parameters (under jit, outside the decode loop).
+
+    A copy of every projection: call it once per decode program, never per token. The
+    parameters, their checkpoint mapping and their partition rules are untouched.
+    """
+    cfg = model.config
+    kv, d = cfg.num_kv_heads, cfg.head_dim
+    group = cfg.num_heads // kv
+
+    def w(param: nnx.Param | None) -> jax.Array:
+        if param is None:
+            raise ValueError("Qwen2 projections q, k and v carry biases")
+        return param[...].astype(cfg.compute_dtype)
+
+    layers = []
+    for layer in model.layers:
+        attn, mlp = layer.attn, layer.mlp
+        qkv = jnp.concatenate(
+            [
+                w(attn.q_proj.kernel).reshape(cfg.hidden_size, kv, group, d),
+                w(attn.k_proj.kernel)[:, :, None],
+                w(attn.v_proj.kernel)[:, :, None],
+            ],
+            axis=2,
+        )
+        qkv_bias = jnp.concatenate(
+            [
+                w(attn.q_proj.bias).reshape(kv, group, d),
+                w(attn.k_proj.bias)[:, None],
+                w(attn.v_proj.bias)[:, None],
+            ],
+            axis=1,
+        )
+        gate_up = jnp.stack([w(mlp.gate_proj.kernel), w(mlp.up_proj.kernel)], axis=1)
+        layers.append(
+            DecodeLayerWeights(
+                input_norm=w(layer.input_norm.scale),
+                qkv=constrain(qkv, DECODE_QKV),
+                qkv_bias=constrain(qkv_bias, DECODE_QKV_BIAS),
+                o_proj=w(attn.o_proj.kernel).reshape(cfg.num_heads * d, cfg.hidden_size),
+                post_attn_norm=w(layer.post_attn_norm.scale),
+                gate_up=constrain(gate_up, DECODE_GATE_UP),
+                down=w(mlp.down_proj.kernel),
+            )
+        )
+    embedding = w(model.embedder.embedding)
+    head = embedding if model.lm_head is None else w(model.lm_head.kernel)
+    return DecodeWeights(embedding, tuple(layers), w(model.final_norm.scale), head)
+
+
+def _fused_layer(
+    cfg: Qwen2Config,
+    w: DecodeLayerWeights,
+    x: jax.Array,
+    sin: jax.Array,
+    cos: jax.Array,
+    mask: jax.Array,
+    cache: LayerCache,
+    cache_index: jax.Array | int,
+) -> tuple[jax.Array, LayerCache]:
+    """`DecoderLayer` on `DecodeLayerWeights`: four projections instead of seven (same math)."""
+    b, t, _ = x.shape
+    kv, d = cfg.num_kv_heads, cfg.head_dim
+    group = cfg.num_heads // kv
+    y = jnp.einsum("btm,mkjd->btkjd", rms_norm(x, w.input_norm, cfg.rms_norm_eps), w.qkv)
+    y = y + w.qkv_bias
+    qk = apply_rope(y[:, :, :, : group + 1].reshape(b, t, kv * (group + 1), d), sin, cos)
+    qk = qk.reshape(b, t, kv, group + 1, d)
+    q = qk[:, :, :, :group].reshape(b, t, cfg.num_heads, d)
+    out, cache_out = cached_attention(
+        q, qk[:, :, :, group], y[:, :, :, group + 1], mask, cache, cache_index
+    )
+    assert cache_out is not None
+    x = x + jnp.einsum("btf,fm->btm", out.reshape(b, t, cfg.num_heads * d), w.o_proj)
+    gate_up = jnp.einsum(
+        "btm,mcf->btcf", rms_norm(x, w.post_attn_norm, cfg.rms_norm_eps), w.gate_up
+    )
+    x = x + jnp.einsum("btf,fm->btm", jax.nn.silu(gate_up[:, :, 0]) * gate_up[:, :, 1], w.down)
+    return constrain(x, ACT_BTM), cache_out
+
+
+def fused_decode(
+    cfg: Qwen2Config,
+    weights: DecodeWeights,
+    tokens: jax.Array,
+    positions: jax.Array,
+    mask: jax.Array,
+    cache: Cache,
+    cache_index: jax.Array | int,
+) -> tuple[jax.Array, Cache]:
+    """`Qwen2.__call__` in decode mode (write at `cache_index`, attend under `mask`), fused.
+
+    tokens, positions [B, T]; mask [B, T, cache_length]. Returns float32 logits [B, T, vocab]
+    and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
+    """
+    x = constrain(jnp.take(weights.embedding, tokens, axis=0), ACT_BTM)
+    sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    new_cache = []
+    for w, layer_cache in zip(weights.layers, cache, strict=True):
+        x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
+        new_cache.append(layer_cache)
+    hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
+    logits = output_logits(hidden, weights.head, tied=cfg.tie_word_embeddings)
+    return constrain(logits, ACT_BTV), tuple(new_cache)

@@ -104,6 +104,12 @@ def sample_row(
     return (choice if ids is None else ids[choice]).astype(jnp.int32)
 
 
+def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """log softmax(logits)[row, token] per row, without writing the [B, V] log-softmax."""
+    picked = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
 def stop_hits(window: jax.Array, stops: jax.Array) -> jax.Array:
     """Rows whose last tokens equal one of their stop sequences.
 
@@ -190,6 +196,7 @@ def _decode(
     top_p: float,
     pad_id: int,
     chunk: int = 8,
+    fused: bool = True,
 ) -> tuple[tuple[jax.Array, ...], qwen2.Cache]:
     """Sample up to `max_new` tokens per row on device; stops early when all rows are done.
 
@@ -198,8 +205,13 @@ def _decode(
     The cache must hold `width + decode_steps(max_new, chunk)` slots. Returns (tokens, logprobs,
     lengths, finish codes), each [B, max_new] or [B], and the final cache, which reuses the
     donated input cache's memory.
+
+    `fused` runs each token through `qwen2.fused_decode` on weights regrouped once, here, before
+    the loop (fewer, larger kernels per token: what bounds batch-1 decode on a GPU); False runs
+    the model's own modules, the reference the fused path is tested and benchmarked against.
     """
     model = nnx.merge(graphdef, state)
+    weights = qwen2.fuse_decode_weights(model) if fused else None
     batch = logits.shape[0]
     cache_len = cache[0].k.shape[2]
     steps = decode_steps(max_new, chunk)
@@ -216,7 +228,7 @@ def _decode(
     def one_token(_: int, carry: tuple[Any, ...]) -> tuple[Any, ...]:
         step, cache, logits, out_tokens, out_logprobs, lengths, done, reason, window = carry
         token = sample(fold(row_keys, step), logits)
-        logprob = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], axis=-1)[:, 0]
+        logprob = token_logprobs(logits, token)
         token = jnp.where(done, pad_id, token)
         out_tokens = jax.lax.dynamic_update_slice(out_tokens, token[:, None], (0, step))
         out_logprobs = jax.lax.dynamic_update_slice(
@@ -231,7 +243,12 @@ def _decode(
         slot = width + step
         mask = (valid_from & (slots[None, :] <= slot))[:, None, :]
         positions = (prompt_lens + step)[:, None]
-        logits, cache = model(token[:, None], positions, mask, cache, slot)
+        if weights is None:
+            logits, cache = model(token[:, None], positions, mask, cache, slot)
+        else:
+            logits, cache = qwen2.fused_decode(
+                model.config, weights, token[:, None], positions, mask, cache, slot
+            )
         return (
             step + 1,
             cache,
@@ -272,7 +289,7 @@ prefill = jax.jit(_prefill, static_argnums=0, static_argnames=("cache_len", "cac
 decode = jax.jit(
     _decode,
     static_argnums=0,
-    static_argnames=("max_new", "temperature", "top_k", "top_p", "pad_id", "chunk"),
+    static_argnames=("max_new", "temperature", "top_k", "top_p", "pad_id", "chunk", "fused"),
     donate_argnames=("cache",),
 )
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner import model_io, sampler, sharding
+from learner import model_io, qwen2, sampler, sharding
 
 
 def _logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
@@ -32,6 +32,10 @@ def _logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
     with jax.set_mesh(mesh):
         out = run(state, jax.device_put(tokens, sharding.batch_sharding(mesh, tokens.shape)))
     return np.asarray(out)
+
+
+def _fuse(graphdef: nnx.GraphDef, state: nnx.State) -> qwen2.DecodeWeights:
+    return qwen2.fuse_decode_weights(nnx.merge(graphdef, state))
 
 
 def main(model_dir: str, hf_dir: str) -> None:
@@ -57,6 +61,7 @@ def main(model_dir: str, hf_dir: str) -> None:
     for fsdp, tp in ((4, 2), (2, 4)):
         mesh = sharding.make_mesh(fsdp, tp)
         model, _ = model_io.load(Path(model_dir), mesh=mesh)
+        graphdef, state = nnx.split(model)
         key = f"{fsdp}x{tp}"
         report[f"logits_diff_{key}"] = float(np.abs(_logits(model, tokens, mesh) - reference).max())
         report[f"q_spec_{key}"] = str(model.layers[0].attn.q_proj.kernel[...].sharding.spec)
@@ -64,9 +69,14 @@ def main(model_dir: str, hf_dir: str) -> None:
         report[f"q_shards_{key}"] = len(
             {str(s.index) for s in model.layers[0].attn.q_proj.kernel[...].addressable_shards}
         )
+        with jax.set_mesh(mesh):
+            fused = jax.jit(_fuse, static_argnums=0)(graphdef, state)
+        report[f"qkv_spec_{key}"] = str(fused.layers[0].qkv.sharding.spec)
+        report[f"gate_up_spec_{key}"] = str(fused.layers[0].gate_up.sharding.spec)
+        # the fused decode weights split KV heads over tp where it divides them (4x2), else not
+        got = sampler.Sampler(model, prompt_bucket=8, mesh=mesh).generate(prompts, params)
+        report[f"sample_equal_{key}"] = [c.tokens for c in got] == expected
         if (fsdp, tp) == (4, 2):
-            got = sampler.Sampler(model, prompt_bucket=8, mesh=mesh).generate(prompts, params)
-            report["sample_equal"] = [c.tokens for c in got] == expected
             from_hf, _ = model_io.load(Path(hf_dir), mesh=mesh)
             report["hf_load_diff"] = max(
                 float(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)).max())

@@ -61,6 +61,10 @@ def test_eight_device_mesh_matches_single_device(tmp_path: Path) -> None:
     assert report["q_spec_4x2"] == str(P("fsdp", "tp", None))
     assert report["q_shards_4x2"] == 8  # really split over all eight devices
     assert report["k_spec_2x4"] == str(P("fsdp", None, None))  # 2 KV heads cannot split 4 ways
-    assert report["sample_equal"] is True
+    assert report["sample_equal_4x2"] is True and report["sample_equal_2x4"] is True
+    # fused decode weights: KV heads over tp where tp divides them, the MLP's inner dim always
+    assert report["qkv_spec_4x2"] == str(P("fsdp", "tp"))
+    assert report["qkv_spec_2x4"] == str(P("fsdp"))
+    assert report["gate_up_spec_2x4"] == str(P("fsdp", None, "tp"))
     assert report["hf_load_diff"] == 0.0
     assert report["hf_embed_spec"] == str(P("tp", "fsdp"))
