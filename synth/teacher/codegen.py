@@ -91,6 +91,7 @@ class KernelBuilder:
         self._params: set[str] = set()
         self.lines: list[str] = []
         self._depth = 1
+        self.options: dict[str, str] = {}  # launch options (num_warps), name -> host expression
 
     # -- arguments ------------------------------------------------------------------
     def _add(self, params: list[str], host: str, kind: str) -> list[str]:
@@ -162,6 +163,7 @@ class KernelBuilder:
                 args.append(f"{arg.params[0]}={arg.host}")
             else:
                 args.append(arg.host)
+        args += [f"{name}={host}" for name, host in self.options.items()]
         return wrap_call(f"{self.name}[{grid}]", args, "", indent)
 
 
@@ -172,7 +174,9 @@ class Tile:
     `offsets` are the elements' flat indices (also their offsets in any contiguous
     tensor of the iteration shape), `shape` the host expression of that shape, and
     `coords` optional per-dimension index expressions (derived from `offsets` when
-    absent).
+    absent). A `merged` tile's coords index the dims the host merged at run time
+    (`templates.elementwise.merge_dims`), not the iteration shape's: every operand is
+    then read through its merged strides, host variable `{tensor}_strides`.
     """
 
     offsets: str
@@ -180,6 +184,7 @@ class Tile:
     shape: str
     rank: int
     coords: list[str] | None = None
+    merged: bool = False
 
 
 @dataclass
@@ -293,9 +298,12 @@ class Epilogue:
         self.stores = set(group.stores) if store else set()
         self.registers: set[str] = set()
         self._coords = tile.coords
+        self.operands: list[str] = []  # host tensors a merged tile reads, in load order
 
     def coords(self) -> list[str]:
         """Per-dimension indices of the tile's elements, computed once when first needed."""
+        if self.tile.merged:
+            raise AssertionError("a merged tile has no coordinates of the iteration shape")
         if self._coords is not None:
             return self._coords
         k, tile = self.kernel, self.tile
@@ -331,12 +339,31 @@ class Epilogue:
         )
         k.line(f"{register} = tl.load({address}, mask={mask}, other=0.0)")
 
+    def load_merged(self, register: str, tensor: str) -> None:
+        """`register = tensor[coords]` on a merged tile, through the strides merged with it."""
+        k, coords = self.kernel, self.tile.coords or []
+        strides = k.scalars(
+            [f"{tensor}_stride{d}" for d in range(len(coords))], f"{tensor}_strides"
+        )
+        address = " + ".join(
+            [k.pointer(tensor)] + [f"{c} * {s}" for c, s in zip(coords, strides, strict=True)]
+        )
+        k.line(f"{register} = tl.load({address}, mask={self.tile.mask})")
+        self.operands.append(tensor)
+
     def value(self, name: str) -> str:
         """The register holding `name` on this tile, loading it from memory if needed."""
         if name in self.registers:
             return name
         tensor = self.module.tensor(name)
         tile = self.tile
+        if tile.merged:
+            if self.module.plan.shapes[name]:
+                self.load_merged(name, tensor)
+            else:  # 0-d: one value whatever the other shapes, no strides to merge
+                self.kernel.line(f"{name} = tl.load({self.kernel.pointer(tensor)})  # a 0-d tensor")
+            self.registers.add(name)
+            return name
         shape = self.module.plan.shapes[name]
         contiguous = self.module.is_contiguous(name)
         if contiguous and shape == self.group.shape:
