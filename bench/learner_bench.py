@@ -866,10 +866,18 @@ def sweep_xla(args: argparse.Namespace, results: dict[str, Any]) -> int:
                     f"{row['tokens_per_s']:.0f} | {share} | {_fmt(row.get('compile_and_first_run_s'), '.1f')} |"
                 )  # fmt: skip
             print("\n".join(lines), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    _save_table(args.out, lines)
     return 0
+
+
+def _save_table(out: Path | None, lines: list[str], result: Any = None) -> None:
+    """A diagnostic's table as OUT.md, and its raw result as OUT.json when there is one."""
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if result is not None:
+        out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
 
 
 def hlo_count(args: argparse.Namespace) -> int:
@@ -905,10 +913,7 @@ def hlo_count(args: argparse.Namespace) -> int:
             f"{r['compile_s']:.1f} |"
         )  # fmt: skip
     print("\n".join(lines), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    _save_table(args.out, lines, result)
     return 0
 
 
@@ -961,10 +966,7 @@ def profile_decode(args: argparse.Namespace) -> int:
             )
         lines.append("")
     print("\n".join(lines), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    _save_table(args.out, lines, result)
     return 0
 
 
