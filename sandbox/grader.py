@@ -226,19 +226,19 @@ class Grader:
         # Tensors cross to candidates in shared device memory where the driver allows.
         self.share_memory = False
         if device == "cuda":
-            why_not = device_share.available()
-            self.share_memory = why_not is None
-            if why_not is not None:
-                print(
-                    f"drtriton sandbox: tensors go through files (no shared GPU memory: {why_not})",
-                    file=sys.stderr,
-                )
             self.launchers = LauncherCache(os.path.join(config.job_root, "launchers"))
             from sandbox.timing import bind_clock
 
             self.gate = GpuGate(config.job_root)
             with self.gate.exclusive():  # the spin rate, measured with the GPU to itself
                 self.clock = bind_clock()
+            why_not = device_share.available()  # after PyTorch has made its CUDA context
+            self.share_memory = why_not is None
+            if why_not is not None:
+                print(
+                    f"drtriton sandbox: tensors go through files (no shared GPU memory: {why_not})",
+                    file=sys.stderr,
+                )
             self.gpu_budget = GpuMemoryBudget(
                 os.path.join(config.job_root, "gpu-memory.budget"),
                 gpu_budget_gib(config.workers),
