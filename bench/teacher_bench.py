@@ -908,10 +908,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    status = 0
     if args.report_only:
         meta, results, end = load_log(args.report_only)
     else:
-        outcome = run(args)
+        try:
+            outcome = run(args)
+        except KeyboardInterrupt:
+            # Stopped by hand or by a wall-clock limit: report what landed (--resume goes on).
+            path = args.out_dir / RESULTS_NAME
+            if not path.exists():
+                return 130
+            print("interrupted: the report covers the programs that finished", file=sys.stderr)
+            outcome, status = load_log(path), 130
         if isinstance(outcome, int):
             return outcome
         meta, results, end = outcome
@@ -921,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.write_text(report)
     print(report)
     print(f"wrote {out}", file=sys.stderr)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

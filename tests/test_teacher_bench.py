@@ -169,6 +169,33 @@ def test_report_only_rebuilds_from_a_killed_run(tmp_path: Path) -> None:
     assert "| sum | reduction | 2 | 1 | 0.80x | 0.50x |" in report
 
 
+def test_an_interrupted_run_still_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C (or a wall-clock limit's SIGINT) mid-run: what landed is reported, status 130."""
+    _write_log(tmp_path / "results.jsonl", _results(), end=None)
+
+    def interrupted(args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tb, "run", interrupted)
+    assert tb.main(["--out-dir", str(tmp_path), "--no-progress"]) == 130
+    report = (tmp_path / "report.md").read_text()
+    assert "The run did not finish (no end record): 11 of 12 programs have results." in report
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_an_interrupted_run_with_nothing_logged_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tb, "run", interrupted)
+    assert tb.main(["--out-dir", str(tmp_path / "none")]) == 130
+    assert not (tmp_path / "none" / "report.md").exists()
+
+
 def test_report_of_a_finished_run_says_what_was_skipped(tmp_path: Path) -> None:
     log = tmp_path / "results.jsonl"
     _write_log(log, _results()[:6], end={"elapsed_s": 60.0, "stopped": "past --max-seconds"})
