@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import random
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -98,6 +99,18 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+def _start_method() -> str:
+    """Fork (workers inherit torch and the registry), unless a threaded runtime is loaded.
+
+    JAX runs threads; forking a process that holds them can deadlock the child (a library
+    that imports both, or a test session). Then workers start from a fork server.
+    """
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and "jax" not in sys.modules:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
 def resolve_ops(ops: Iterable[str] | None) -> tuple[str, ...]:
     if ops is None:
         return OPERATOR_NAMES
@@ -134,7 +147,7 @@ def generate_programs(
         results: Iterator[ProgramRecord] = map(partial(generate_one, spec), indices)
         pool = None
     else:
-        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        method = _start_method()
         pool = mp.get_context(method).Pool(workers, initializer=_init_worker)
         results = pool.imap(partial(generate_one, spec), indices, chunksize=1)
     try:
