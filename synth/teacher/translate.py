@@ -27,7 +27,7 @@ class Translation:
     """A candidate module and what it contains."""
 
     code: str
-    kernel_count: int  # kernels launched per call (1 when the whole program fused)
+    kernel_count: int  # `@triton.jit` kernels (1 when the whole program fused into one)
     operators: tuple[str, ...]  # operator kinds, in program order
     kernels: tuple[tuple[str, ...], ...]  # the operators each kernel computes
 
@@ -66,7 +66,7 @@ def translate(source: str) -> Translation:
     module.host("", f"return [{', '.join(kernels.returns)}]")
     return Translation(
         code=render(module),
-        kernel_count=kernels.kernel_count,
+        kernel_count=len(module.kernels),
         operators=tuple(op.kind for op in program.ops),
         kernels=tuple(tuple(op.kind for op in group_ops(group)) for group in kernels.groups),
     )

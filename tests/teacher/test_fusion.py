@@ -156,7 +156,7 @@ FUSED = {
 def test_fusion_rules(name: str) -> None:
     inputs, calls, kernels = FUSED[name]
     translation = assert_correct(render(inputs, calls))
-    assert translation.kernel_count == kernels
+    assert len(translation.kernels) == kernels  # fused groups (a norm's moments kernel aside)
 
 
 @pytest.mark.parametrize(("level", "seed"), [(2, s) for s in range(8)] + [(5, s) for s in range(8)])
