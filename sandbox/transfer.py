@@ -2,7 +2,7 @@
 
 The grader owns the memory; the candidate maps it. On a GPU that can share memory between
 processes (`sandbox.device_share`) a tensor is device memory both map: the grader copies its
-inputs in on the device, the candidate computes on them in place and copies its outputs into
+inputs in on the device, the candidate computes on them where they are and copies its outputs into
 the grader's output buffers, and nothing crosses the bus. Elsewhere (CPU mode, or a driver
 without the virtual memory API) a tensor is a file in the job directory (tmpfs), mapped by
 both sides.
