@@ -167,7 +167,8 @@ def make_result(outcome: Any, record: dict[str, Any], verified: Any | None) -> R
         family=main_family(families),
         verdict=outcome.verdict,
         message=str(errors[0])[:MAX_MESSAGE_CHARS] if errors else "",
-        kernel_count=pair.get("kernel_count"),
+        # Fused groups, not kernels defined: a split normalisation's moments kernel aside.
+        kernel_count=len(pair["kernels"]) if pair.get("kernels") else pair.get("kernel_count"),
         speedup_vs_eager=pair.get("speedup_vs_eager"),
         speedup_vs_compile=pair.get("speedup_vs_compile"),
         candidate_ms=getattr(verified, "candidate_ms", None),
