@@ -304,7 +304,8 @@ class Sampler:
 
     `tokenizer` (an HF tokenizer) is needed for text prompts, text stop strings and `text` in the
     results; with token-id prompts it is optional. `set_model` swaps in new weights of the same
-    structure (an RL step) without recompiling.
+    structure (an RL step) without recompiling. `fused_decode=False` decodes through the
+    model's own modules: slower, but without a second copy of the projections in memory.
     """
 
     def __init__(
@@ -318,6 +319,7 @@ class Sampler:
         cache_dtype: Any = None,
         pad_id: int = 0,
         chunk: int = 8,
+        fused_decode: bool = True,
     ) -> None:
         self.config: qwen2.Qwen2Config = model.config
         self.graphdef, self.state = nnx.split(model)
@@ -328,6 +330,8 @@ class Sampler:
         self.cache_dtype = cache_dtype or self.config.compute_dtype
         self.pad_id = pad_id
         self.chunk = chunk
+        # Regrouped projections decode faster but hold a second copy of them while decoding.
+        self.fused_decode = fused_decode
 
     def set_model(self, model: qwen2.Qwen2) -> None:
         self.state = nnx.state(model)
@@ -400,6 +404,7 @@ class Sampler:
                 top_p=float(params.top_p),
                 pad_id=self.pad_id,
                 chunk=self.chunk,
+                fused=self.fused_decode,
             )
         if jax.process_count() > 1:  # rows live on other hosts too: gather them everywhere
             from jax.experimental import multihost_utils

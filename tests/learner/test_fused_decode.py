@@ -118,6 +118,15 @@ def test_fused_decode_loop_gives_the_module_tokens_and_logprobs(model: qwen2.Qwe
     np.testing.assert_allclose(logprobs, ref_logprobs, atol=1e-5)
 
 
+def test_sampler_can_decode_through_the_modules(model: qwen2.Qwen2) -> None:
+    """`Sampler(fused_decode=False)` (no second copy of the weights) samples the same tokens."""
+    params = S.SamplingParams(max_new_tokens=NEW, temperature=0.0)
+    fused = S.Sampler(model).generate(PROMPTS, params)
+    plain = S.Sampler(model, fused_decode=False).generate(PROMPTS, params)
+    assert [c.tokens for c in fused] == [c.tokens for c in plain]
+    np.testing.assert_allclose([c.logprobs for c in fused], [c.logprobs for c in plain], atol=1e-5)
+
+
 def test_token_logprobs_equals_log_softmax() -> None:
     logits = jax.random.normal(jax.random.key(0), (3, 50)) * 4
     tokens = jnp.asarray([0, 17, 49])
