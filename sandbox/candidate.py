@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sandbox import isolation
-from sandbox.transfer import receive_descriptors
+from sandbox.transfer import numel_of, receive_descriptors
 
 MAX_MESSAGE = 4000
 # Triton's autotuner times each config for 25 ms of warm-up and 100 ms of runs; here
@@ -159,9 +159,7 @@ class Harness:
         if "value" in spec:
             return spec["value"]
         dtype = getattr(torch, spec["dtype"])
-        numel = 1
-        for dim in spec["shape"]:
-            numel *= dim
+        numel = numel_of(spec)
         if numel == 0:
             return self._empty(spec["shape"], dtype=dtype)
         if "fd_index" in spec:  # the grader's device memory, mapped here

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import math
 import os
 import threading
 from typing import Any
@@ -217,10 +218,7 @@ class SharedBuffer:
 
     def tensor(self, dtype: torch.dtype, shape: list[int] | tuple[int, ...]) -> torch.Tensor:
         """A tensor viewing the start of this memory (it keeps the buffer mapped)."""
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         if not 0 < nbytes <= self.size:
             raise ValueError(f"{nbytes} bytes do not fit a shared buffer of {self.size}")
         raw = _as_tensor(_Span(self, nbytes), device=f"cuda:{self.ordinal}")
