@@ -400,13 +400,27 @@ def target_lines(results: Sequence[Result], timing: bool, planned: dict[int, int
     lines = []
     for level in sorted(planned):
         members = [r for r in results if r.level == level]
-        correct = sum(r.correct for r in members)
-        ok = bool(members) and correct == len(members)
+        # Ill-posed problems (a reference with Inf, say) and the sandbox's own failures
+        # say nothing about the kernel: the rate is over the programs judged.
+        judged = [r for r in members if not r.retry and r.verdict != "bad_problem"]
+        retried = sum(r.retry for r in members)
+        ill_posed = len(members) - len(judged) - retried
+        correct = sum(r.correct for r in judged)
+        ok = bool(judged) and correct == len(judged) and not retried
         missing = planned[level] - len(members)
+        notes = [
+            f"{n} {what}"
+            for n, what in (
+                (missing, "not run"),
+                (retried, "not judged: sandbox or GPU memory failures, retried on --resume"),
+                (ill_posed, "not judged: ill-posed problems (`bad_problem`)"),
+            )
+            if n > 0
+        ]
         lines.append(
             f"- {'PASS' if ok else 'MISS'}: level {level} pass rate 100% "
-            f"(measured {_pct(correct, len(members))}, {correct}/{len(members)}"
-            + (f"; {missing} not run" if missing > 0 else "")
+            f"(measured {_pct(correct, len(judged))}, {correct}/{len(judged)} judged"
+            + "".join(f"; {note}" for note in notes)
             + ")"
         )
     for target in SPEED_TARGETS:

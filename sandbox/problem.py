@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import hashlib
 import importlib.util
 import os
@@ -109,16 +110,37 @@ class Problem:
             for x in inputs
         ]
 
-    def reference(self, inputs: list[Any]) -> list[Any]:
+    def reference(self, inputs: list[Any], fn: Callable[..., Any] | None = None) -> list[Any]:
         import torch
 
         with torch.no_grad():
-            out = self.reference_fn(*inputs)
+            out = (fn or self.reference_fn)(*inputs)
         if isinstance(out, torch.Tensor):
             out = [out]
         if not isinstance(out, list | tuple) or not all(isinstance(o, torch.Tensor) for o in out):
             raise ProblemError("the reference must return a tensor or a list of tensors")
         return list(out)
+
+    def reference_float64(self, inputs: list[Any]) -> list[Any]:
+        """The reference computed in float64 on the same inputs: how far from exact its
+        float32 answer is (`compare.rounding_noise`). Tensors the problem creates itself
+        take the default dtype, float64 here; a module (KernelBench) is copied, not changed.
+        """
+        import torch
+
+        wide = [
+            x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs
+        ]
+        fn = self.reference_fn
+        if isinstance(fn, torch.nn.Module):
+            fn = copy.deepcopy(fn).double()
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            return self.reference(wide, fn)
+        finally:
+            torch.set_default_dtype(previous)
 
 
 def load_problem(source: str, fmt: str, device: str, workdir: str | None = None) -> Problem:

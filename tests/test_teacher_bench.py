@@ -114,6 +114,13 @@ def test_target_lines() -> None:
     lines = tb.target_lines(_results(), timing=True, planned={1: 8, 2: 4})
     assert lines[0].startswith("- MISS: level 1 pass rate 100%") and "7/8" in lines[0]
     assert lines[1].startswith("- PASS: level 2 pass rate 100%") and "1 not run" in lines[1]
+    # An ill-posed problem is left out of the rate; a sandbox failure keeps the target open.
+    ill_posed = tb.Result("p-bad", 2, ["div"], ["pointwise"], "pointwise", "bad_problem")
+    lines = tb.target_lines([*_results(), ill_posed], timing=True, planned={1: 8, 2: 4})
+    assert lines[1].startswith("- PASS: level 2") and "1 not judged: ill-posed" in lines[1]
+    lost = tb.Result("p-oom", 2, ["add"], ["pointwise"], "pointwise", "sandbox_error")
+    lines = tb.target_lines([*_results(), lost], timing=True, planned={1: 8, 2: 4})
+    assert lines[1].startswith("- MISS: level 2") and "1 not judged: sandbox" in lines[1]
     assert lines[2] == (
         "- PASS: median speedup vs eager >= 1.0x on elementwise (pointwise family), level 1 "
         "(measured 1.40x, n=5)"

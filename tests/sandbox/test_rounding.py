@@ -1,0 +1,125 @@
+"""The reference's own float32 rounding widens the tolerance, and nothing else does.
+
+A long reduction's float32 answer is itself off by rounding; an honest kernel that sums in
+another order can miss a tight tolerance against it while being just as exact. The sandbox
+measures that rounding once per problem (the reference in float64) and allows for it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sandbox.client import SandboxClient
+from sandbox.compare import NOISE_FACTOR, compare_tensor, rounding_noise
+from sandbox.problem import load_problem
+
+ROWS, COLS, BLOCK = 16, 8192, 512
+TIGHT = {"atol": 1e-9, "rtol": 1e-9}
+
+ROW_SUM_PROBLEM = f"""
+import torch
+
+def get_inputs():
+    return [torch.randn({ROWS}, {COLS})]
+
+def fused_operator(x):
+    return [torch.sum(x, dim=1)]
+"""
+
+# One program per row, summing BLOCK columns at a time: another order than PyTorch's.
+ROW_SUM_KERNEL = f"""
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def row_sum_kernel(x_ptr, out_ptr, n_cols, OFFSET: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        total += tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(total, axis=0) + OFFSET)
+
+def triton_fused_operator(x):
+    x = x.contiguous()
+    out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+    row_sum_kernel[(x.shape[0],)](x, out, x.shape[1], OFFSET=OFFSET_VALUE, BLOCK={BLOCK})
+    return [out]
+"""
+
+
+def _blocked_row_sum(x: torch.Tensor) -> torch.Tensor:
+    """The kernel's order of summation, in PyTorch."""
+    return x.view(ROWS, COLS // BLOCK, BLOCK).sum(dim=1).sum(dim=1)
+
+
+def test_rounding_noise_covers_another_summation_order() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(ROWS, COLS)
+    reference, reordered = x.sum(dim=1), _blocked_row_sum(x)
+    exact = x.double().sum(dim=1)
+    # The premise: the two float32 answers differ by far more than a tight atol.
+    assert not compare_tensor(reference, reordered, **TIGHT).passed
+    noise = rounding_noise(reference, exact)
+    assert 0 < noise < 1e-2
+    assert compare_tensor(reference, reordered, TIGHT["atol"] + noise, TIGHT["rtol"]).passed
+    # A real error stays an error.
+    assert not compare_tensor(reference, reordered + 0.01, noise, TIGHT["rtol"]).passed
+
+
+def test_rounding_noise_ignores_branches_taken_differently() -> None:
+    exact = torch.arange(100_000, dtype=torch.float64)
+    flipped = exact.float().clone()
+    flipped[::500] += 1.0  # a floor or a comparison that went the other way: 0.2% of values
+    assert rounding_noise(flipped, exact) == 0.0
+    # Not floating point, or nothing to compare: no allowance.
+    assert rounding_noise(exact.long(), exact) == 0.0
+    assert rounding_noise(torch.zeros(0), torch.zeros(0, dtype=torch.float64)) == 0.0
+    assert rounding_noise(torch.full((4,), float("nan")), exact[:4]) == 0.0
+
+
+def test_rounding_noise_scales_with_the_quantile() -> None:
+    exact = torch.linspace(1.0, 2.0, 10_000, dtype=torch.float64)
+    approx = (exact + 5e-6).float()  # float32 rounds this offset by at most 6e-8
+    assert rounding_noise(approx, exact) == pytest.approx(NOISE_FACTOR * 5e-6, rel=0.05)
+
+
+def test_float64_reference_uses_float64_for_tensors_the_problem_creates(tmp_path) -> None:
+    source = """
+import torch
+import torch.nn.functional as F
+
+def get_inputs():
+    return [torch.randn(64, 6)]
+
+def fused_operator(x):
+    return [F.batch_norm(x, torch.zeros(6), torch.ones(6), training=True)]
+"""
+    problem = load_problem(source, "functional", "cpu", str(tmp_path))
+    inputs = problem.make_inputs(0)
+    (exact,) = problem.reference_float64(inputs)
+    assert exact.dtype == torch.float64
+    assert inputs[0].dtype == torch.float32  # the grader's inputs are left as they were
+    torch.testing.assert_close(exact.float(), problem.reference(inputs)[0])
+
+
+def test_sandbox_allows_for_the_references_rounding(sandbox_client: SandboxClient) -> None:
+    honest = sandbox_client.verify(
+        ROW_SUM_PROBLEM,
+        ROW_SUM_KERNEL.replace("OFFSET_VALUE", "0.0"),
+        timing=False,
+        trials=2,
+        **TIGHT,
+    )
+    assert honest.verdict == "correct", honest.message
+    wrong = sandbox_client.verify(
+        ROW_SUM_PROBLEM,
+        ROW_SUM_KERNEL.replace("OFFSET_VALUE", "0.01"),
+        timing=False,
+        trials=2,
+        **TIGHT,
+    )
+    assert wrong.verdict == "wrong_output"
+    assert "the reference's own float32 rounding" in wrong.message
