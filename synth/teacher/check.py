@@ -179,22 +179,27 @@ def check_candidate(
     return CheckResult(True, "", worst)
 
 
-def compile_for_gpu(problem: str, candidate: str, arch: int = 90) -> list[str]:
+def compile_for_gpu(
+    problem: str, candidate: str, arch: int = 90, ptx: list[str] | None = None
+) -> list[str]:
     """Compile every kernel the candidate launches for an NVIDIA GPU, without one.
 
     Runs the host code on CPU tensors with launches replaced by ahead-of-time
-    compilation for `sm_{arch}` (PTX and cubin, with the launch's own constexprs), so
-    errors that Triton's interpreter does not model (loop-carried type changes,
-    `tl.dot` shapes, unsupported operations) show up on a machine without a GPU.
-    Must run with TRITON_INTERPRET unset. Returns the compile errors (empty: all good).
+    compilation for `sm_{arch}`, specialised as Triton's JIT specialises a real launch
+    (constexprs, integers equal to 1, pointers and integers divisible by 16), so errors
+    that Triton's interpreter does not model (loop-carried type changes, `tl.dot`
+    shapes, unsupported operations) show up on a machine without a GPU, and the PTX is
+    the PTX the GPU would run. Must run with TRITON_INTERPRET unset. Returns the compile
+    errors (empty: all good); appends each launch's PTX to `ptx` when given.
     """
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource, make_backend
     from triton.runtime import jit
 
     errors: list[str] = []
     target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
     reference = import_source(problem)
     module = import_source(candidate)
 
@@ -202,24 +207,16 @@ def compile_for_gpu(problem: str, candidate: str, arch: int = 90) -> list[str]:
         self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any
     ) -> None:
         del grid, warmup
-        bound = dict(zip(self.arg_names, args, strict=False)) | kwargs
-        signature, constexprs = {}, {}
-        for index, name in enumerate(self.arg_names):
-            value = bound[name]
-            if index in self.constexprs:
-                signature[name], constexprs[name] = "constexpr", value
-            elif isinstance(value, torch.Tensor):
-                signature[name] = "*fp32"
-            elif isinstance(value, bool):
-                signature[name] = "i1"
-            elif isinstance(value, int):
-                signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-            else:
-                signature[name] = "fp32"
         try:
-            triton.compile(
-                ASTSource(fn=self, signature=signature, constexprs=constexprs), target=target
+            binder = jit.create_function_from_signature(self.signature, self.params, backend)
+            bound, specialization, options = binder(*args, **kwargs)
+            options, signature, constexprs, attrs = self._pack_args(
+                backend, kwargs, bound, specialization, options
             )
+            source = ASTSource(fn=self, signature=signature, constexprs=constexprs, attrs=attrs)
+            compiled = triton.compile(source, target=target, options=options.__dict__)
+            if ptx is not None:
+                ptx.append(compiled.asm["ptx"])
         except Exception as err:  # noqa: BLE001 - reported, not raised
             errors.append(f"{self.__name__}: {type(err).__name__}: {str(err).strip()[:2000]}")
 
@@ -240,6 +237,20 @@ def compile_for_gpu_isolated(pairs: list[tuple[str, str]], arch: int = 90) -> li
     that runs kernels under the interpreter cannot also compile them for a GPU.
     Returns the compile errors of each pair, in order.
     """
+    return [errors for errors, _ in _compile_isolated(pairs, arch)]
+
+
+def ptx_for_gpu_isolated(problem: str, candidate: str, arch: int = 90) -> list[str]:
+    """The PTX of each launch of the candidate, in launch order (compiled as for a GPU,
+    in a fresh process); raises RuntimeError on a compile error."""
+    ((errors, ptx),) = _compile_isolated([(problem, candidate)], arch)
+    if errors:
+        raise RuntimeError("\n".join(errors))
+    return ptx
+
+
+def _compile_isolated(pairs: list[tuple[str, str]], arch: int) -> list[tuple[list[str], list[str]]]:
+    """(errors, PTX per launch) of each pair, compiled in a fresh process."""
     import json
     import os
     import subprocess
@@ -259,18 +270,18 @@ def compile_for_gpu_isolated(pairs: list[tuple[str, str]], arch: int = 90) -> li
         )
         if run.returncode != 0:
             raise RuntimeError(f"GPU compile process failed: {run.stderr.strip()[-2000:]}")
-        return json.loads((Path(tmp) / "errors.json").read_text())
+        return [tuple(item) for item in json.loads((Path(tmp) / "compiled.json").read_text())]
 
 
 def _compile_main(path: str) -> None:
     import json
 
     request = json.loads(Path(path).read_text())
-    errors = [
-        compile_for_gpu(problem, candidate, request["arch"])
-        for problem, candidate in request["pairs"]
-    ]
-    (Path(path).parent / "errors.json").write_text(json.dumps(errors))
+    compiled = []
+    for problem, candidate in request["pairs"]:
+        ptx: list[str] = []
+        compiled.append((compile_for_gpu(problem, candidate, request["arch"], ptx), ptx))
+    (Path(path).parent / "compiled.json").write_text(json.dumps(compiled))
 
 
 if __name__ == "__main__":

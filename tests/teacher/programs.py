@@ -168,8 +168,20 @@ LEVEL1: dict[str, list[str]] = {
     "cummin": _along("torch.cummin", ".values"),
     # Groups longer than a block, too few to fill a GPU, are split across programs (the
     # last case of each: a moments kernel, then the normalising one merges the segments).
+    # batch_norm tiles channels side by side where their runs are short: [N, C] inputs,
+    # more channels than one tile holds, split or not.
     "batch_norm": [
-        _bn(s) for s in ([8, 4], [2, 3, 5], [4, 3, 20, 20], [2, 2, 3, 3, 3], [7, 2, 9, 50])
+        _bn(s)
+        for s in (
+            [8, 4],
+            [2, 3, 5],
+            [4, 3, 20, 20],
+            [2, 2, 3, 3, 3],
+            [40, 6, 3],
+            [700, 70],
+            [3000, 5],
+            [7, 2, 9, 50],
+        )  # fmt: skip
     ],
     "layer_norm": [
         one([[4, 8, 6]], "F.layer_norm({0}, normalized_shape=[8, 6])"),

@@ -9,10 +9,12 @@ each candidate launches, with the launch's own constexprs, without needing a GPU
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from synth.teacher import translate
-from synth.teacher.check import compile_for_gpu_isolated
+from synth.teacher.check import compile_for_gpu_isolated, ptx_for_gpu_isolated
 
 from .programs import LEVEL1, random_program, render
 from .test_fusion import FUSED
@@ -42,3 +44,21 @@ def test_all_handwritten_and_random_programs_compile() -> None:
     }
     sources |= {f"random-{seed}": random_program(5 if seed % 2 else 10, seed) for seed in range(30)}
     _assert_compile(sources)
+
+
+def _vector_accesses(ptx: str) -> tuple[int, int]:
+    """(128-bit global loads, 128-bit global stores) in one kernel's PTX."""
+    return len(re.findall(r"ld\.global[.\w]*\.v4", ptx)), len(
+        re.findall(r"st\.global[.\w]*\.v4", ptx)
+    )
+
+
+def test_flat_pointwise_kernels_move_128_bits_at_a_time_on_odd_sizes() -> None:
+    # 21,021 elements: no multiple of 16. Bounded by it, the mask is not provably constant
+    # over 4 lanes and every access is scalar (half the bandwidth on an H200), so the full
+    # blocks go first, bounded by a multiple of the block, and the ragged end after.
+    source = render([[7, 1001, 3]], ["torch.sigmoid({0})"])
+    full_blocks, ragged_end = ptx_for_gpu_isolated(source, translate(source).code)
+    loads, stores = _vector_accesses(full_blocks)
+    assert loads > 0 and stores > 0
+    assert _vector_accesses(ragged_end) == (0, 0)  # the premise: an odd bound is scalar
