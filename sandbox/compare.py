@@ -101,8 +101,11 @@ def rounding_noise(approx: torch.Tensor, exact: torch.Tensor) -> float:
     if not approx.is_floating_point() or approx.shape != exact.shape or approx.numel() == 0:
         return 0.0
     flat_approx, flat_exact = approx.detach().reshape(-1), exact.detach().reshape(-1)
-    count = min(flat_exact.numel(), NOISE_SAMPLE)
-    index = torch.linspace(0, flat_exact.numel() - 1, count, device=flat_exact.device).long()
+    numel = flat_exact.numel()
+    count = min(numel, NOISE_SAMPLE)
+    # Evenly spaced, in integers: float32 positions past 2^24 round, up to one past the end.
+    step = torch.arange(count, device=flat_exact.device, dtype=torch.int64)
+    index = step * (numel - 1) // max(count - 1, 1)
     sample_exact = flat_exact[index].to(torch.float64)
     sample_approx = flat_approx[index.to(flat_approx.device)].to(sample_exact.device, torch.float64)
     finite = torch.isfinite(sample_exact) & torch.isfinite(sample_approx)

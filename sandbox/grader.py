@@ -11,6 +11,7 @@ PyTorch and torch.compile on a GPU. All comparisons happen here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import platform
@@ -98,6 +99,14 @@ class _ProblemEntry:
 
 # GPU memory a grader may keep between jobs (its clock's buffers, library workspaces).
 RETAINED_GPU_BYTES = GIB
+
+
+def _loop_sizes(per_call_ms: float, runs: int, warmup: int) -> tuple[int, int]:
+    """Timed runs and warm-up calls for a call this slow (`timing.runs_within_budget`)."""
+    from sandbox.timing import runs_within_budget
+
+    timed = runs_within_budget(per_call_ms, runs)
+    return timed, warmup if timed == runs else min(warmup, 1)
 
 
 def _compare_all(
@@ -868,8 +877,10 @@ class Grader:
                 value: float | None = None
                 if fn is not None:
                     try:
-                        times = time_cuda(lambda f=fn: f(*inputs), self.clock, runs, warmup)
-                        host = time_wall(lambda f=fn: f(*inputs), self.clock, runs)
+                        call = functools.partial(fn, *inputs)
+                        n, n_warm = _loop_sizes(time_wall(call, self.clock, 1), runs, warmup)
+                        times = time_cuda(call, self.clock, n, n_warm)
+                        host = time_wall(call, self.clock, n)
                         value = reported_ms(summarize(times)[0], host)[0]
                     except Exception:  # noqa: BLE001 - a baseline that cannot run is missing
                         value = None
@@ -900,7 +911,9 @@ class Grader:
             inputs = problem.make_inputs(base_seed + 3000)
             expected = problem.reference(inputs)
             self._stage_inputs(proc, inputs, deadline)
-        runs, warmup = self.config.timing_runs, self.config.timing_warmup
+        runs, warmup = _loop_sizes(
+            slowest_call_s * 1e3, self.config.timing_runs, self.config.timing_warmup
+        )
         lease_s = TIMING_LEASE_S + TIMING_LEASE_FACTOR * (runs + warmup + 1) * slowest_call_s
         with self._exclusive(result), _raised_priority(proc):
             try:

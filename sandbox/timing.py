@@ -96,6 +96,23 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
     )
 
 
+# A timed loop of slow calls (a PyTorch op that takes seconds on a GiB tensor) runs
+# fewer times: about this long in all, and never fewer than MIN_TIMED_RUNS.
+TIMED_LOOP_BUDGET_MS = 2000.0
+MIN_TIMED_RUNS = 5
+
+
+def runs_within_budget(per_call_ms: float, runs: int) -> int:
+    """How many of `runs` timed runs to make of a call that takes `per_call_ms`.
+
+    Fast calls get all of them; a 2 s call gets MIN_TIMED_RUNS, so that 50 runs of a
+    pathological baseline do not outlast the job (the median needs only a few).
+    """
+    if per_call_ms <= 0:
+        return runs
+    return min(runs, max(MIN_TIMED_RUNS, int(TIMED_LOOP_BUDGET_MS // per_call_ms)))
+
+
 def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> list[float]:
     """Milliseconds per run of `fn`, each run from a cold L2 and a synchronised device."""
     clock.wake()

@@ -87,10 +87,10 @@ def timed(tmp_path: Path) -> Any:
     job_dir = tmp_path / "job"
     job_dir.mkdir()
 
-    def run(candidate: ScriptedCandidate) -> VerifyResult:
+    def run(candidate: ScriptedCandidate, slowest_call_s: float = 0.001) -> VerifyResult:
         result = VerifyResult(verdict="correct")
         deadline = time.monotonic() + 60
-        grader._time(entry, candidate, deadline, 1e-4, 1e-4, 1, 0.001, result)  # type: ignore[arg-type]
+        grader._time(entry, candidate, deadline, 1e-4, 1e-4, 1, slowest_call_s, result)  # type: ignore[arg-type]
         return result
 
     yield job_dir, run
@@ -123,6 +123,31 @@ def test_a_timed_loop_that_outlasts_its_lease_is_killed_as_a_timeout(
     assert died.value.verdict == "timeout"
     assert "timed loop ran past" in died.value.message
     assert time.monotonic() - started < 5  # the lease, not the job's 60 s deadline
+
+
+def test_timed_loops_of_slow_calls_are_shorter() -> None:
+    from sandbox.grader import _loop_sizes
+    from sandbox.timing import MIN_TIMED_RUNS, TIMED_LOOP_BUDGET_MS, runs_within_budget
+
+    assert runs_within_budget(0.01, 50) == 50
+    assert runs_within_budget(TIMED_LOOP_BUDGET_MS / 20, 50) == 20
+    assert runs_within_budget(10 * TIMED_LOOP_BUDGET_MS, 50) == MIN_TIMED_RUNS
+    assert runs_within_budget(0.0, 50) == 50  # no estimate: the configured loop
+    assert _loop_sizes(0.01, 50, 5) == (50, 5)
+    assert _loop_sizes(10 * TIMED_LOOP_BUDGET_MS, 50, 5) == (MIN_TIMED_RUNS, 1)
+
+
+def test_a_slow_candidate_is_timed_over_fewer_runs(
+    timed: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sandbox.timing
+
+    monkeypatch.setattr(sandbox.timing, "MIN_TIMED_RUNS", 2)
+    job_dir, run = timed
+    candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=1.0)
+    # Trials took a second per call: a 2 s loop budget is two runs, not the five configured.
+    result = run(candidate, slowest_call_s=1.0)
+    assert result.timing_runs == 2
 
 
 def test_speedups_come_from_the_baselines_and_flag_implausible_ones() -> None:

@@ -62,3 +62,12 @@ def test_flat_pointwise_kernels_move_128_bits_at_a_time_on_odd_sizes() -> None:
     loads, stores = _vector_accesses(full_blocks)
     assert loads > 0 and stores > 0
     assert _vector_accesses(ragged_end) == (0, 0)  # the premise: an odd bound is scalar
+
+
+@pytest.mark.parametrize(("length", "width"), [(1020, 4), (1022, 2)])
+def test_norm_rows_load_as_wide_as_their_length_allows(length: int, width: int) -> None:
+    # A row of 1020 floats is 16-byte aligned wherever it starts, 1022 only 8-byte: the
+    # kernel makes that visible to the compiler (VEC), which else sees an odd length.
+    source = render([[64, length]], [f"F.layer_norm({{0}}, normalized_shape=[{length}])"])
+    (ptx,) = ptx_for_gpu_isolated(source, translate(source).code)
+    assert re.search(rf"ld\.global[.\w]*\.v{width}", ptx)

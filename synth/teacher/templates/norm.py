@@ -78,7 +78,11 @@ def _step_size(tiled: bool) -> str:
 def _segment(k: KernelBuilder, tiled: bool) -> None:
     """Declare the sizes; `group`, `start`, `end`: this program's segment of its group,
     and for a batch_norm tile its `channels` and `channel_mask`."""
-    k.scalar("group_len", "group_len")
+    if tiled:
+        k.scalar("group_len", "group_len")
+    else:  # contiguous groups: a length the compiler sees as a multiple of VEC
+        k.scalar("group_vecs", "group_len // VEC")
+        k.constexpr("VEC", "VEC")
     k.scalar("segment_len", "segment_len")
     k.scalar("n_segments", "n_segments")
     if tiled:
@@ -89,6 +93,8 @@ def _segment(k: KernelBuilder, tiled: bool) -> None:
     else:
         k.constexpr("BLOCK_SIZE", "BLOCK_SIZE")
     index_64 = k.constexpr("INDEX_64", "index_64")
+    if not tiled:
+        k.line("group_len = group_vecs * VEC  # groups start VEC-aligned: loads VEC wide")
     k.line("pid = tl.program_id(0)")
     with k.block(f"if {index_64}:"):
         k.line("pid = pid.to(tl.int64)")
@@ -239,6 +245,10 @@ def emit(module: Module, group: Group) -> None:
     )
     lanes = f"{BLOCK_SIZE} // BLOCK_C" if tiled else str(BLOCK_SIZE)
     width = "n_groups * BLOCK_C" if tiled else "n_groups"  # groups' elements per position
+    if not tiled:
+        module.host(
+            "VEC = 4 if group_len % 4 == 0 else 2 if group_len % 2 == 0 else 1  # elements per load"
+        )
     module.host(
         f"{step} = min(triton.next_power_of_2(group_len), {lanes})",
         f"n_segments = max(1, min(triton.cdiv(group_len, {step}), "
