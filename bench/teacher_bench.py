@@ -110,6 +110,8 @@ class Result:
     candidate_ms: float | None = None
     eager_ms: float | None = None
     compile_ms: float | None = None
+    candidate_spread: float | None = None
+    retimed: bool = False  # the host clock, not the events, gave the candidate's time
     elapsed_s: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     problem: str = ""  # kept for failures only, to reproduce them
@@ -174,6 +176,8 @@ def make_result(outcome: Any, record: dict[str, Any], verified: Any | None) -> R
         candidate_ms=getattr(verified, "candidate_ms", None),
         eager_ms=getattr(verified, "eager_ms", None),
         compile_ms=getattr(verified, "compile_ms", None),
+        candidate_spread=getattr(verified, "candidate_spread", None),
+        retimed=bool(getattr(verified, "retimed", False)),
         elapsed_s=getattr(verified, "elapsed_s", None),
         stage_seconds=dict(getattr(verified, "stage_seconds", None) or {}),
         problem="" if correct else record["source"],
@@ -483,6 +487,9 @@ def _header(meta: dict[str, Any], results: Sequence[Result], end: dict[str, Any]
             else "no timing."
         ),
     ]
+    labels = [str(run["label"]) for run in [meta, *resumes] if run.get("label")]
+    if labels:
+        lines.append("Runs: " + ", ".join(f"`{label}`" for label in labels) + ".")
     if resumes:
         lines.append(
             f"Resumed {len(resumes)} time(s): {earlier} of these {len(results)} results come "
@@ -751,7 +758,10 @@ def _meta(args: argparse.Namespace, device: str, ops: Sequence[str]) -> dict[str
     """The run's settings: the first line of results.jsonl, and the report's header."""
     from sandbox.config import SandboxConfig
 
-    names = ("profile", "seed", "per_op", "level2", "workers", "trials", "timing", "max_seconds")
+    names = (
+        "profile", "seed", "per_op", "level2", "workers", "trials", "timing", "max_seconds",
+        "label",
+    )  # fmt: skip
     return {
         **{name: getattr(args, name) for name in names},
         "timing_runs": args.timing_runs or SandboxConfig().timing_runs,
@@ -828,7 +838,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
         _prune_pairs(args.out_dir, done)
         _cut_torn_tail(path)
         log = ResultLog(path, append=True)
-        log.write("resume", {"workers": args.workers, "max_seconds": args.max_seconds})
+        log.write(
+            "resume",
+            {"workers": args.workers, "max_seconds": args.max_seconds, "label": args.label},
+        )
     else:
         pending = programs
         console.print(f"{len(programs)} programs")
@@ -902,6 +915,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--max-seconds may change. Without results.jsonl: a fresh run",
     )
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--label", default="", help="a note kept with this run's settings (e.g. the commit)"
+    )
     parser.add_argument(
         "--report-only", type=Path, metavar="JSONL", help="rebuild the report from results.jsonl"
     )
