@@ -45,11 +45,13 @@ class ScriptedCandidate:
         self.job_dir = str(job_dir)
         self.compute = compute
         self.event_ms = event_ms
-        self.wall_delay_s = 0.0
+        self.wall_delay_s = 0.0  # host seconds per call of a wall loop
+        self.wall_stalls: list[float] = []  # one-off delays of the next wall loops
         self.hang = False  # the timed loop never ends (until the deadline kills it)
         self.staged: list[torch.Tensor] = []
         self.timed: dict[str, torch.Tensor] = {}
         self.commands: list[str] = []
+        self.wall_runs: list[int] = []
         self.proc = SimpleNamespace(pid=2**22 + 1)  # no such process group to renice
 
     def request(self, deadline: float, **msg: Any) -> dict[str, Any]:
@@ -73,7 +75,9 @@ class ScriptedCandidate:
             raise CandidateDied("timeout", "exceeded its time budget")
         self.timed[msg["slot"]] = self.compute(*self.staged)
         if msg.get("wall"):
-            time.sleep(self.wall_delay_s)
+            self.wall_runs.append(msg["runs"])
+            stall = self.wall_stalls.pop(0) if self.wall_stalls else 0.0
+            time.sleep(self.wall_delay_s * (msg["runs"] + 1) + stall)
             return {"ok": True, "times": [0.0]}
         return {"ok": True, "times": [self.event_ms] * msg["runs"]}
 
@@ -174,11 +178,32 @@ def test_a_wrong_answer_while_timed_is_rejected(timed: Any) -> None:
 def test_a_rigged_event_timer_is_overruled_by_the_host_clock(timed: Any) -> None:
     job_dir, run = timed
     candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=0.001)
-    candidate.wall_delay_s = 0.3  # the real work takes far longer than the events claim
+    candidate.wall_delay_s = 0.02  # the real work takes far longer than the events claim
     result = run(candidate)
     assert result.retimed
-    # The host clock's figure counts: 0.3 s over the 5 timed runs plus one.
-    assert result.candidate_ms >= 0.3 * 1e3 / 6
+    assert result.candidate_ms >= 20.0  # the host clock's figure counts
+    # Never quicker than the events: every one of the repeated host loops ran.
+    assert candidate.wall_runs == [20] * 3
+
+
+def test_a_stalled_host_loop_does_not_slow_an_honest_kernel(timed: Any) -> None:
+    """A process descheduled during one host loop only adds to it: the quickest counts."""
+    job_dir, run = timed
+    candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=5.0)
+    candidate.wall_delay_s = 0.0049  # honest: the host agrees with the events
+    candidate.wall_stalls = [0.2]  # but the first loop lost 200 ms to the scheduler
+    result = run(candidate)
+    assert len(candidate.wall_runs) == 2  # a second loop, and none after it agreed
+    assert result.candidate_ms == 5.0 and not result.retimed
+
+
+def test_host_loops_last_long_enough_within_a_cap() -> None:
+    from sandbox.timing import HOST_LOOP_MAX_FACTOR, HOST_LOOP_MS, host_timed_runs
+
+    assert host_timed_runs(HOST_LOOP_MS / 30, 12) == 30  # a 12-run loop would be too short
+    assert host_timed_runs(0.001, 12) == HOST_LOOP_MAX_FACTOR * 12  # tiny kernels: capped
+    assert host_timed_runs(HOST_LOOP_MS, 12) == 12  # never fewer than the event loop
+    assert host_timed_runs(0.0, 12) == 12
 
 
 def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
