@@ -340,9 +340,14 @@ class Harness:
             return
         inputs = self.staged
         box: list[Any] = []
+        # One set of outputs per kept loop and one in flight: a loop timed again drops
+        # its earlier outputs, and each call's are freed before the next one allocates
+        # (as the grader's baseline loops do), within the GPU memory cap of 3x the I/O.
+        self.timed.pop(msg.get("slot", "events"), None)
 
         def step() -> None:
-            box[:] = [self._call(inputs)]
+            box.clear()
+            box.append(self._call(inputs))
 
         started = time.perf_counter()
         try:

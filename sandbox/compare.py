@@ -27,8 +27,10 @@ NOISE_FACTOR = 4.0
 NOISE_QUANTILE = 0.999
 NOISE_SAMPLE = 1 << 20
 # Errors above this fraction of the output's scale are not rounding: a comparison or a
-# rounding op that went the other way (those must not widen the tolerance).
-NOISE_CAP = 1e-5
+# rounding op that went the other way (those must not widen the tolerance). Rounding
+# itself reaches about 6e-4 of the scale: PyTorch's float32 layer_norm over a whole
+# 0.9-billion-element tensor, whose statistics one GPU block accumulates.
+NOISE_CAP = 1e-3
 
 
 def compare_tensor(

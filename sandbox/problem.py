@@ -121,20 +121,25 @@ class Problem:
             raise ProblemError("the reference must return a tensor or a list of tensors")
         return list(out)
 
-    def reference_float64(self, inputs: list[Any]) -> list[Any]:
+    def reference_float64(self, inputs: list[Any], device: str | None = None) -> list[Any]:
         """The reference computed in float64 on the same inputs: how far from exact its
         float32 answer is (`compare.rounding_noise`). Tensors the problem creates itself
         take the default dtype, float64 here; a module (KernelBench) is copied, not changed.
+        `device` moves the work (the host has room where a full GPU has none).
         """
         import torch
 
-        wide = [
-            x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in inputs
-        ]
+        def widened(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            x = x.to(device) if device is not None else x
+            return x.double() if x.is_floating_point() else x
+
+        wide = [widened(x) for x in inputs]
         fn = self.reference_fn
         if isinstance(fn, torch.nn.Module):
             fn = copy.deepcopy(fn).double()
+            fn = fn.to(device) if device is not None else fn
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.float64)
         try:

@@ -249,3 +249,18 @@ def test_the_larger_of_event_and_host_time_counts() -> None:
 
     assert reported_ms(1.0, 0.8) == (1.0, False)  # warm back-to-back runs: events count
     assert reported_ms(0.1, 0.8) == (0.8, True)  # events too good to be true
+
+
+def test_a_timeout_after_waiting_for_others_is_the_sandboxs() -> None:
+    """Jobs that spent their budget queued for GPU memory were judged `timeout`, as if
+    their kernels hung; those are retried now, a kernel that hangs is still a timeout."""
+    from sandbox.grader import _death_verdict
+
+    hung = CandidateDied("timeout", "exceeded its time budget")
+    waited = VerifyResult(verdict="correct", stage_seconds={"gpu_memory_wait": 97.0})
+    verdict, message = _death_verdict(hung, waited, budget_s=115.0)
+    assert verdict == "sandbox_error" and "waiting 97 s" in message
+    quick = VerifyResult(verdict="correct", stage_seconds={"gpu_memory_wait": 2.0, "gpu_wait": 1.0})
+    assert _death_verdict(hung, quick, budget_s=115.0) == ("timeout", hung.message)
+    crashed = CandidateDied("runtime_error", "segfault")
+    assert _death_verdict(crashed, waited, budget_s=115.0)[0] == "runtime_error"
