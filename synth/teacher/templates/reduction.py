@@ -1,9 +1,12 @@
 """Reductions over one dim: sum, mean, max, min, argmax, argmin, var, norm.
 
 Accumulation is in float32, per lane of the tile across BLOCK-sized steps, with one
-cross-lane reduction at the end; `var` takes two passes (mean, then squared
-deviations) rather than E[x^2] - E[x]^2, which cancels badly; argmax / argmin keep
-PyTorch's first-index tie-breaking.
+cross-lane reduction at the end. Sums are compensated (Kahan): a lane of a column
+reduction adds thousands of values in a row, and plain float32 there drifted past
+PyTorch's own error (a sum over 32,768 rows missed by 7e-4 where 5e-4 was allowed); the
+three extra additions per element are free in a memory-bound loop. `var` takes two
+passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels
+badly; argmax / argmin keep PyTorch's first-index tie-breaking.
 """
 
 from __future__ import annotations
@@ -34,6 +37,22 @@ _INIT = {
 Load = Callable[[str], str]  # emits the input load with a masked-lane value, returns the register
 
 
+def _compensated_sum_start(k: KernelBuilder, tile: str) -> None:
+    k.line(
+        f"acc = tl.zeros({tile}, dtype=tl.float32)  # per-lane partial sums",
+        f"carry = tl.zeros({tile}, dtype=tl.float32)  # what each lane's rounding lost (Kahan)",
+    )
+
+
+def _compensated_add(k: KernelBuilder, term: str) -> None:
+    k.line(
+        f"term = {term} - carry",
+        "summed = acc + term",
+        "carry = (summed - acc) - term",
+        "acc = summed",
+    )
+
+
 def _accumulate(k: KernelBuilder, kind: str, layout: RowLayout | ColumnLayout, load: Load) -> str:
     """Emit the reduction loop(s); return the expression of the reduced value.
 
@@ -43,12 +62,12 @@ def _accumulate(k: KernelBuilder, kind: str, layout: RowLayout | ColumnLayout, l
     """
     axis, tile, length = layout.axis, layout.tile, layout.length
     if kind in ("sum", "mean", "norm", "var"):
-        k.line(f"acc = tl.zeros({tile}, dtype=tl.float32)  # per-lane partial sums")
+        _compensated_sum_start(k, tile)
         with k.block(layout.loop()):
             layout.chunk(k)
             x = load("0.0")
-            k.line(f"acc += {x} * {x}" if kind == "norm" else f"acc += {x}")
-        k.line(f"total = tl.sum(acc, axis={axis})")
+            _compensated_add(k, f"{x} * {x}" if kind == "norm" else x)
+        k.line(f"total = tl.sum(acc - carry, axis={axis})")
         if kind == "sum":
             return "total"
         if kind == "norm":
@@ -56,14 +75,13 @@ def _accumulate(k: KernelBuilder, kind: str, layout: RowLayout | ColumnLayout, l
         k.line(f"mean = total / {length}")
         if kind == "mean":
             return "mean"
-        k.line(f"acc = tl.zeros({tile}, dtype=tl.float32)")
+        _compensated_sum_start(k, tile)
         with k.block(layout.loop()):
             layout.chunk(k)
             x = load("0.0")
-            k.line(
-                f"diff = tl.where(mask, {x} - {layout.expand('mean')}, 0.0)", "acc += diff * diff"
-            )
-        return f"tl.sum(acc, axis={axis}) / ({length} - CORRECTION)"
+            k.line(f"diff = tl.where(mask, {x} - {layout.expand('mean')}, 0.0)")
+            _compensated_add(k, "diff * diff")
+        return f"tl.sum(acc - carry, axis={axis}) / ({length} - CORRECTION)"
     init = _INIT[kind]
     if kind in ("max", "min"):
         k.line(f"acc = tl.full({tile}, {init}, tl.float32)")
