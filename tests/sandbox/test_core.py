@@ -229,6 +229,39 @@ def test_io_bytes_come_from_shapes_alone(tmp_path: Path) -> None:
     assert problem.io_bytes() == (1024 + 512 + 1024 * 512) * 4
 
 
+TRITON_REFERENCE = """
+import torch
+import triton
+import triton.language as tl
+
+LAUNCHES = []
+
+
+@triton.jit
+def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def fused_operator(x):
+    out = torch.empty_like(x)
+    LAUNCHES.append(x.device.type)
+    copy_kernel[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return [out]
+"""
+
+
+def test_a_reference_with_triton_kernels_is_never_run_on_meta_tensors(tmp_path: Path) -> None:
+    """On a GPU such a launch reads address 0 and kills the grader's CUDA context."""
+    problem = load_problem(TRITON_REFERENCE, "functional", "cpu", str(tmp_path))
+    assert problem.io_bytes() == 64 * 32 * 4  # the inputs: outputs unknown without a run
+    assert problem.module.LAUNCHES == []
+
+
 def test_an_oom_under_the_cap_on_a_full_gpu_is_not_the_kernels_fault() -> None:
     """A request that fits the candidate's cap but not the device: others filled the GPU."""
     from sandbox.candidate import oom_from_full_gpu
