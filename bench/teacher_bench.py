@@ -114,6 +114,7 @@ class Result:
     retimed: bool = False  # the host clock, not the events, gave the candidate's time
     elapsed_s: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    gpu_memory_gib: dict[str, float] = field(default_factory=dict)
     problem: str = ""  # kept for failures only, to reproduce them
 
     @property
@@ -180,6 +181,7 @@ def make_result(outcome: Any, record: dict[str, Any], verified: Any | None) -> R
         retimed=bool(getattr(verified, "retimed", False)),
         elapsed_s=getattr(verified, "elapsed_s", None),
         stage_seconds=dict(getattr(verified, "stage_seconds", None) or {}),
+        gpu_memory_gib=dict(getattr(verified, "gpu_memory_gib", None) or {}),
         problem="" if correct else record["source"],
     )
 
@@ -468,6 +470,30 @@ def stage_lines(results: Sequence[Result]) -> list[str]:
     return lines
 
 
+def memory_lines(results: Sequence[Result]) -> list[str]:
+    """How each job's GPU memory compared with its I/O and its reservation (GPU runs)."""
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for result in results:
+        memory = result.gpu_memory_gib
+        io, reserved = memory.get("io") or 0.0, memory.get("reserved") or 0.0
+        grader, candidate = memory.get("grader_peak"), memory.get("candidate_peak")
+        if io > 0 and grader is not None:
+            ratios["grader peak / I/O"].append(grader / io)
+        if io > 0 and candidate is not None:
+            ratios["candidate peak / I/O"].append(candidate / io)
+        if reserved > 0 and grader is not None and candidate is not None:
+            ratios["both peaks / reserved"].append((grader + candidate) / reserved)
+    if not ratios:
+        return []
+    lines = ["| ratio | jobs | median | p90 | max |", "|---|---:|---:|---:|---:|"]
+    for name, values in ratios.items():
+        lines.append(
+            f"| {name} | {len(values)} | {statistics.median(values):.2f} "
+            f"| {percentile(values, 0.9):.2f} | {max(values):.2f} |"
+        )
+    return lines
+
+
 def _header(meta: dict[str, Any], results: Sequence[Result], end: dict[str, Any] | None) -> str:
     planned = sum(meta.get("planned", {}).values()) or len(results)
     ops = meta.get("ops") or []
@@ -544,6 +570,10 @@ def render_report(
     stages = stage_lines(results)
     if stages:
         md += ["## Sandbox stages (seconds per verification)", "", *stages, ""]
+    memory = memory_lines(results)
+    if memory:
+        md += ["## GPU memory per job (peaks against the job's I/O and reservation)", ""]
+        md += [*memory, ""]
     failures = sum(not r.correct for r in results)
     md += [f"## Failures ({failures}, first {MAX_FAILURES_LISTED} listed)", ""]
     md += failure_lines(results)

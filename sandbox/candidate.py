@@ -382,6 +382,11 @@ class Harness:
         self._settle()
         self.reply(ok=True)
 
+    def memory(self, msg: dict[str, Any]) -> None:
+        """The most GPU memory this process's allocator held (statistics for the grader)."""
+        peak = self.torch.cuda.max_memory_allocated() if self.clock is not None else 0
+        self.reply(ok=True, peak_bytes=int(peak))
+
     def ping(self, msg: dict[str, Any]) -> None:
         """An empty round trip: the grader subtracts its cost from the host-clock timing."""
         self.reply(ok=True)
@@ -401,6 +406,7 @@ class Harness:
             "time": self.time,
             "fetch": self.fetch,
             "ping": self.ping,
+            "memory": self.memory,
         }
         while True:
             try:

@@ -58,6 +58,7 @@ SHARED_LEASE_S = 1.0
 # what its runs would take at the pace of the slowest correctness trial; a loop that
 # overruns that is killed (a `timeout`): it was not the kernel its trials showed.
 TIMING_LEASE_S = 5.0
+MEMORY_QUERY_S = 2.0  # how long a finished job waits for its candidate's memory figures
 TIMING_LEASE_FACTOR = 3.0
 
 
@@ -373,8 +374,10 @@ class Grader:
         """Hold this job's share of the GPU's memory until `held` closes (`sandbox.gpu_budget`)."""
         if self.gpu_budget is None:
             return
+        gib = job_gpu_gib(entry.io())
+        result.gpu_memory_gib.update(io=entry.io() / GIB, reserved=float(gib))
         with _stage(result, "gpu_memory_wait"):
-            held.enter_context(self.gpu_budget.reserve(job_gpu_gib(entry.io()), deadline))
+            held.enter_context(self.gpu_budget.reserve(gib, deadline))
 
     def _candidate_gpu_bytes(self, entry: _ProblemEntry) -> int | None:
         """The GPU memory a candidate may take: room for its inputs, outputs and temporaries."""
@@ -415,6 +418,9 @@ class Grader:
         started = time.monotonic()
         deadline = started + job.budget_s
         result = VerifyResult(verdict="correct", request_id=job.request_id)
+        if self.device == "cuda":  # this job's peaks, for `gpu_memory_gib`
+            torch.cuda.reset_peak_memory_stats()
+            device_share.created_bytes_peak(reset=True)
         proc: CandidateProcess | None = None
         held = contextlib.ExitStack()  # GPU memory, released once the candidate is gone
         try:
@@ -486,6 +492,8 @@ class Grader:
         finally:
             if proc is not None:
                 result.candidate_log = proc.log_tail()[-2000:]
+                if self.device == "cuda":
+                    self._note_gpu_memory(proc, result)
                 with _stage(result, "cleanup"):
                     proc.stop()
             if result.verdict != "correct":
@@ -501,6 +509,20 @@ class Grader:
                 self._release_gpu_memory()
             self._retire(proc, held)
         return result
+
+    @staticmethod
+    def _note_gpu_memory(proc: CandidateProcess, result: VerifyResult) -> None:
+        """The job's GPU memory peaks: the grader's (its allocator and the buffers it
+        shared) and, from a candidate still answering, the candidate's allocator's."""
+        grader = torch.cuda.max_memory_allocated() + device_share.created_bytes_peak()
+        result.gpu_memory_gib["grader_peak"] = grader / GIB
+        if result.verdict == "timeout" or proc.proc.poll() is not None:
+            return
+        with contextlib.suppress(Exception):  # statistics only: never the verdict
+            reply = proc.request(time.monotonic() + MEMORY_QUERY_S, cmd="memory")
+            peak = float(reply.get("peak_bytes", 0.0))
+            if math.isfinite(peak) and peak >= 0:
+                result.gpu_memory_gib["candidate_peak"] = peak / GIB
 
     def _release_gpu_memory(self) -> None:
         """Hand the job's GPU memory back before its reservation ends.

@@ -47,6 +47,7 @@ class VerifyResult:
     elapsed_s: float = 0.0
     candidate_log: str = ""
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    gpu_memory_gib: dict[str, float] = field(default_factory=dict)
 
     @property
     def correct(self) -> bool:
@@ -104,6 +105,7 @@ class VerifyResult:
             elapsed_s=self.elapsed_s,
             candidate_log=self.candidate_log,
             stage_seconds=self.stage_seconds,
+            gpu_memory_gib=self.gpu_memory_gib,
         )
 
     @classmethod
@@ -146,4 +148,5 @@ class VerifyResult:
             elapsed_s=response.elapsed_s,
             candidate_log=response.candidate_log,
             stage_seconds=dict(response.stage_seconds),
+            gpu_memory_gib=dict(response.gpu_memory_gib),
         )

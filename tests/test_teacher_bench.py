@@ -343,3 +343,21 @@ def test_quick_run_then_resume_runs_nothing_again(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "Finished 2 of 2 programs (2 from earlier runs; this run 0 in" in report
     assert tb.main([*argv, "--resume", "--seed", "3"]) == 2
+
+
+def test_memory_lines_compare_peaks_with_io_and_reservation() -> None:
+    measured = _result("m0", 1, ["relu"], ["pointwise"], eager=1.0)
+    measured.gpu_memory_gib = {
+        "io": 8.0,
+        "reserved": 40.0,
+        "grader_peak": 24.0,
+        "candidate_peak": 8.0,
+    }
+    untimed = _result("m1", 1, ["relu"], ["pointwise"], eager=1.0)  # a CPU run: no figures
+    lines = tb.memory_lines([measured, untimed])
+    assert lines[2] == "| grader peak / I/O | 1 | 3.00 | 3.00 | 3.00 |"
+    assert lines[3] == "| candidate peak / I/O | 1 | 1.00 | 1.00 | 1.00 |"
+    assert lines[4] == "| both peaks / reserved | 1 | 0.80 | 0.80 | 0.80 |"
+    assert tb.memory_lines([untimed]) == []
+    report = tb.render_report({**META, "label": "abc1234"}, [measured], None)
+    assert "## GPU memory per job" in report and "Runs: `abc1234`." in report

@@ -274,3 +274,25 @@ def test_an_oom_under_the_cap_on_a_full_gpu_is_not_the_kernels_fault() -> None:
     # The device had room: the cap refused it.
     assert not oom_from_full_gpu(oom, held=2 * gib, free=50 * gib, cap=12 * gib)
     assert not oom_from_full_gpu("MemoryError", held=0, free=0, cap=12 * gib)
+
+
+def test_shared_buffer_usage_peaks_and_resets() -> None:
+    """What a grader's shared buffers held at most: outside PyTorch's allocator statistics."""
+    from sandbox.device_share import _Usage, created_bytes_peak
+
+    created_bytes_peak(reset=True)
+    before = _Usage.live
+    _Usage.add(3 * 2**20)
+    _Usage.add(-(3 * 2**20))
+    _Usage.add(2**20)
+    assert created_bytes_peak() == before + 3 * 2**20
+    assert created_bytes_peak(reset=True) == before + 3 * 2**20
+    assert created_bytes_peak() == before + 2**20  # the peak restarts from what is held
+    _Usage.add(-(2**20))
+
+
+def test_gpu_memory_figures_cross_the_wire() -> None:
+    from sandbox.result import VerifyResult
+
+    result = VerifyResult(verdict="correct", gpu_memory_gib={"io": 8.0, "grader_peak": 21.5})
+    assert VerifyResult.from_proto(result.to_proto()).gpu_memory_gib == result.gpu_memory_gib

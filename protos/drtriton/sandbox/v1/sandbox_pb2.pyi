@@ -149,8 +149,15 @@ class Provenance(_message.Message):
     def __init__(self, device: _Optional[str] = ..., driver: _Optional[str] = ..., torch_version: _Optional[str] = ..., triton_version: _Optional[str] = ..., python_version: _Optional[str] = ..., sandbox_version: _Optional[str] = ..., hostname: _Optional[str] = ..., interpreter: bool = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
-    __slots__ = ("request_id", "verdict", "message", "trials", "timing", "kernel_launches", "problem_degenerate", "provenance", "elapsed_s", "candidate_log", "stage_seconds")
+    __slots__ = ("request_id", "verdict", "message", "trials", "timing", "kernel_launches", "problem_degenerate", "provenance", "elapsed_s", "candidate_log", "stage_seconds", "gpu_memory_gib")
     class StageSecondsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class GpuMemoryGibEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +175,7 @@ class VerifyResponse(_message.Message):
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_LOG_FIELD_NUMBER: _ClassVar[int]
     STAGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_GIB_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     verdict: Verdict
     message: str
@@ -179,7 +187,8 @@ class VerifyResponse(_message.Message):
     elapsed_s: float
     candidate_log: str
     stage_seconds: _containers.ScalarMap[str, float]
-    def __init__(self, request_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[TrialResult, _Mapping]]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., kernel_launches: _Optional[int] = ..., problem_degenerate: bool = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., candidate_log: _Optional[str] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    gpu_memory_gib: _containers.ScalarMap[str, float]
+    def __init__(self, request_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[TrialResult, _Mapping]]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., kernel_launches: _Optional[int] = ..., problem_degenerate: bool = ..., provenance: _Optional[_Union[Provenance, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., candidate_log: _Optional[str] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., gpu_memory_gib: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class GetInfoRequest(_message.Message):
     __slots__ = ()
