@@ -58,6 +58,8 @@ SHARED_LEASE_S = 1.0
 # what its runs would take at the pace of the slowest correctness trial; a loop that
 # overruns that is killed (a `timeout`): it was not the kernel its trials showed.
 TIMING_LEASE_S = 5.0
+# At most this fraction of a reference's values may be NaN or Inf (`_check_reference`).
+NONFINITE_LIMIT = 1e-6
 MEMORY_QUERY_S = 2.0  # how long a finished job waits for its candidate's memory figures
 TIMING_LEASE_FACTOR = 3.0
 
@@ -885,9 +887,21 @@ class Grader:
 
     @staticmethod
     def _check_reference(expected: list[torch.Tensor]) -> None:
+        """Reject a problem whose answer is more than a few stray NaN or Inf values.
+
+        A handful are a property of the draw, not of the problem: a GPU's normal sampler
+        returns an exact 0.0 about once in 2^24 draws, so every GiB-sized `div` has a few
+        Infs. The candidate must then match them exactly (`compare.compare_tensor`)."""
         for i, out in enumerate(expected):
-            if out.is_floating_point() and not bool(torch.isfinite(out).all()):
-                raise Rejected("bad_problem", f"reference output {i} contains NaN or Inf")
+            if not out.is_floating_point() or out.numel() == 0:
+                continue
+            nonfinite = int((~torch.isfinite(out)).sum())
+            if nonfinite > NONFINITE_LIMIT * out.numel():
+                raise Rejected(
+                    "bad_problem",
+                    f"reference output {i} contains NaN or Inf ({nonfinite} of "
+                    f"{out.numel()} values)",
+                )
 
     # -- timing -------------------------------------------------------------------
     def _owns_baselines(self, job: Job) -> bool:
