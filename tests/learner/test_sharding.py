@@ -63,8 +63,8 @@ def test_eight_device_mesh_matches_single_device(tmp_path: Path) -> None:
     assert report["k_spec_2x4"] == str(P("fsdp", None, None))  # 2 KV heads cannot split 4 ways
     assert report["sample_equal_4x2"] is True and report["sample_equal_2x4"] is True
     # fused decode weights: KV heads over tp where tp divides them, the MLP's inner dim always
-    assert report["qkv_spec_4x2"] == str(P("fsdp", "tp"))
-    assert report["qkv_spec_2x4"] == str(P("fsdp"))
-    assert report["gate_up_spec_2x4"] == str(P("fsdp", None, "tp"))
+    assert report["qkv_spec_4x2"] == str(P("tp", None, None, "fsdp"))
+    assert report["qkv_spec_2x4"] == str(P(None, None, None, "fsdp"))
+    assert report["gate_up_spec_2x4"] == str(P(None, "tp", "fsdp"))
     assert report["hf_load_diff"] == 0.0
     assert report["hf_embed_spec"] == str(P("tp", "fsdp"))
