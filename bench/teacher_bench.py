@@ -453,6 +453,23 @@ def failure_lines(results: Sequence[Result], cap: int = MAX_FAILURES_LISTED) -> 
     return lines or ["none"]
 
 
+def _distribution_table(
+    label: str,
+    groups: dict[str, list[float]],
+    digits: int,
+    last: tuple[str, Callable[[list[float]], float], int],
+) -> list[str]:
+    """One row per group: its size, median and p90, and one more column (`last`)."""
+    name, summary, last_digits = last
+    lines = [f"| {label} | jobs | median | p90 | {name} |", "|---|---:|---:|---:|---:|"]
+    for group, values in groups.items():
+        lines.append(
+            f"| {group} | {len(values)} | {statistics.median(values):.{digits}f} "
+            f"| {percentile(values, 0.9):.{digits}f} | {summary(values):.{last_digits}f} |"
+        )
+    return lines
+
+
 def stage_lines(results: Sequence[Result]) -> list[str]:
     """Median / p90 seconds per sandbox stage: where a verification's time goes."""
     stages: dict[str, list[float]] = defaultdict(list)
@@ -461,13 +478,7 @@ def stage_lines(results: Sequence[Result]) -> list[str]:
             stages[name].append(seconds)
     if not stages:
         return []
-    lines = ["| stage | jobs | median s | p90 s | total s |", "|---|---:|---:|---:|---:|"]
-    for name, values in stages.items():
-        lines.append(
-            f"| {name} | {len(values)} | {statistics.median(values):.3f} "
-            f"| {percentile(values, 0.9):.3f} | {sum(values):.0f} |"
-        )
-    return lines
+    return _distribution_table("stage (seconds)", stages, 3, ("total", sum, 0))
 
 
 def memory_lines(results: Sequence[Result]) -> list[str]:
@@ -485,13 +496,7 @@ def memory_lines(results: Sequence[Result]) -> list[str]:
             ratios["both peaks / reserved"].append((grader + candidate) / reserved)
     if not ratios:
         return []
-    lines = ["| ratio | jobs | median | p90 | max |", "|---|---:|---:|---:|---:|"]
-    for name, values in ratios.items():
-        lines.append(
-            f"| {name} | {len(values)} | {statistics.median(values):.2f} "
-            f"| {percentile(values, 0.9):.2f} | {max(values):.2f} |"
-        )
-    return lines
+    return _distribution_table("ratio", ratios, 2, ("max", max, 2))
 
 
 def _header(meta: dict[str, Any], results: Sequence[Result], end: dict[str, Any] | None) -> str:
