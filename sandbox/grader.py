@@ -227,10 +227,15 @@ def _add_stage(result: VerifyResult, name: str, seconds: float) -> None:
 
 @contextlib.contextmanager
 def _stage(result: VerifyResult, name: str) -> Iterator[None]:
-    """Add the wall time of the block to `result.stage_seconds[name]`."""
+    """Add the wall time of the block to `result.stage_seconds[name]`; an out-of-memory
+    error leaving it is marked with the stage (the innermost), for the job's message."""
     started = time.monotonic()
     try:
         yield
+    except torch.cuda.OutOfMemoryError as err:
+        if not getattr(err, "__notes__", None):
+            err.add_note(f"in the grader's {name} stage")
+        raise
     finally:
         _add_stage(result, name, time.monotonic() - started)
 
@@ -486,7 +491,9 @@ class Grader:
             result.verdict = "sandbox_error"
             result.message = (
                 "the GPU ran out of memory for this job (workers share the GPU memory: "
-                f"fewer workers fit larger problems): {str(err).splitlines()[0][:300]}"
+                "fewer workers fit larger problems)"
+                + "".join(f", {note}" for note in getattr(err, "__notes__", ()))
+                + f": {str(err).splitlines()[0][:300]}"
             )
         except Exception as err:  # noqa: BLE001 - our fault: report it, keep the worker
             result.verdict = "sandbox_error"

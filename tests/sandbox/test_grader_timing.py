@@ -190,7 +190,7 @@ def test_a_stalled_host_loop_does_not_slow_an_honest_kernel(timed: Any) -> None:
     """A process descheduled during one host loop only adds to it: the quickest counts."""
     job_dir, run = timed
     candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=5.0)
-    candidate.wall_delay_s = 0.0049  # honest: the host agrees with the events
+    candidate.wall_delay_s = 0.004  # honest: the host agrees with the events (with room)
     candidate.wall_stalls = [0.2]  # but the first loop lost 200 ms to the scheduler
     result = run(candidate)
     assert len(candidate.wall_runs) == 2  # a second loop, and none after it agreed
@@ -264,3 +264,15 @@ def test_a_timeout_after_waiting_for_others_is_the_sandboxs() -> None:
     assert _death_verdict(hung, quick, budget_s=115.0) == ("timeout", hung.message)
     crashed = CandidateDied("runtime_error", "segfault")
     assert _death_verdict(crashed, waited, budget_s=115.0)[0] == "runtime_error"
+
+
+def test_an_out_of_memory_error_names_the_stage_it_left() -> None:
+    """A GPU shortage is reported with where the grader was: what to size the budget by."""
+    from sandbox.grader import _stage
+
+    result = VerifyResult(verdict="correct")
+    with pytest.raises(torch.cuda.OutOfMemoryError) as raised:
+        with _stage(result, "problem"), _stage(result, "reference"):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.99 GiB")
+    assert raised.value.__notes__ == ["in the grader's reference stage"]
+    assert {"problem", "reference"} <= set(result.stage_seconds)
