@@ -906,6 +906,31 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
 # -- command line ----------------------------------------------------------------------------
 
 
+def _git_commit() -> str:
+    """The checkout's commit (with `+` when it has changes), or '' outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return commit + ("+" if dirty else "")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.teacher_bench", description=__doc__.split("\n\n")[0]
@@ -951,12 +976,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
-        "--label", default="", help="a note kept with this run's settings (e.g. the commit)"
+        "--label",
+        help="a note kept with this run's settings (default: the git commit, when there is one)",
     )
     parser.add_argument(
         "--report-only", type=Path, metavar="JSONL", help="rebuild the report from results.jsonl"
     )
     args = parser.parse_args(argv)
+    if args.label is None:
+        args.label = _git_commit()
     quick = args.quick
     args.profile = args.profile or ("tiny" if quick else "paper")
     args.per_op = args.per_op if args.per_op is not None else (1 if quick else 10)

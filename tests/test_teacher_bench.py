@@ -361,3 +361,10 @@ def test_memory_lines_compare_peaks_with_io_and_reservation() -> None:
     assert tb.memory_lines([untimed]) == []
     report = tb.render_report({**META, "label": "abc1234"}, [measured], None)
     assert "## GPU memory per job" in report and "Runs: `abc1234`." in report
+
+
+def test_a_run_is_labelled_with_the_commit_unless_told_otherwise() -> None:
+    import re
+
+    assert re.fullmatch(r"([0-9a-f]{7,}\+?)?", tb.parse_args(["--quick"]).label)
+    assert tb.parse_args(["--quick", "--label", "after the fix"]).label == "after the fix"
