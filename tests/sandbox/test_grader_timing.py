@@ -271,8 +271,11 @@ def test_an_out_of_memory_error_names_the_stage_it_left() -> None:
     from sandbox.grader import _stage
 
     result = VerifyResult(verdict="correct")
-    with pytest.raises(torch.cuda.OutOfMemoryError) as raised:
-        with _stage(result, "problem"), _stage(result, "reference"):
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.99 GiB")
+    with (
+        pytest.raises(torch.cuda.OutOfMemoryError) as raised,
+        _stage(result, "problem"),
+        _stage(result, "reference"),
+    ):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.99 GiB")
     assert raised.value.__notes__ == ["in the grader's reference stage"]
     assert {"problem", "reference"} <= set(result.stage_seconds)
