@@ -529,7 +529,7 @@ class Grader:
             return
         with contextlib.suppress(Exception):  # statistics only: never the verdict
             reply = proc.request(time.monotonic() + MEMORY_QUERY_S, cmd="memory")
-            peak = float(reply.get("peak_bytes", 0.0))
+            peak = float(reply["peak_bytes"]) if reply.get("ok") else math.nan
             if math.isfinite(peak) and peak >= 0:
                 result.gpu_memory_gib["candidate_peak"] = peak / GIB
 
