@@ -911,21 +911,15 @@ def _git_commit() -> str:
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        command = ["git", "-C", str(root), *args]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=10, check=True)
+        return run.stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return ""
     return commit + ("+" if dirty else "")
