@@ -58,10 +58,10 @@ SHARED_LEASE_S = 1.0
 # what its runs would take at the pace of the slowest correctness trial; a loop that
 # overruns that is killed (a `timeout`): it was not the kernel its trials showed.
 TIMING_LEASE_S = 5.0
+TIMING_LEASE_FACTOR = 3.0
 # At most this fraction of a reference's values may be NaN or Inf (`_check_reference`).
 NONFINITE_LIMIT = 1e-6
 MEMORY_QUERY_S = 2.0  # how long a finished job waits for its candidate's memory figures
-TIMING_LEASE_FACTOR = 3.0
 
 
 @dataclass
