@@ -141,8 +141,8 @@ class Problem:
         wide = [widened(x) for x in inputs]
         fn = self.reference_fn
         if isinstance(fn, torch.nn.Module):
-            fn = copy.deepcopy(fn).double()
-            fn = fn.to(device) if device is not None else fn
+            fn = copy.deepcopy(fn)
+            fn = (fn.to(device) if device is not None else fn).double()  # moved, then widened
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.float64)
         try:
