@@ -146,9 +146,35 @@ class Problem:
         previous = torch.get_default_dtype()
         torch.set_default_dtype(torch.float64)
         try:
-            return self.reference(wide, fn)
+            with _float32_widened():
+                return self.reference(wide, fn)
         finally:
             torch.set_default_dtype(previous)
+
+
+@contextlib.contextmanager
+def _float32_widened() -> Any:
+    """Every float32 tensor an operation returns comes back as float64.
+
+    A problem that casts on its own (`argmax(...).float()` feeding a conv) would otherwise
+    mix float32 and float64 in its float64 run, which fails, and leave that problem with
+    no rounding allowance.
+    """
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_map
+
+    def widen(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            return value.double()
+        return value
+
+    class Widening(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return tree_map(widen, func(*args, **(kwargs or {})))
+
+    with Widening():
+        yield
 
 
 def _uses_triton(module: Any) -> bool:

@@ -82,21 +82,30 @@ class ScriptedCandidate:
         return {"ok": True, "times": [self.event_ms] * msg["runs"]}
 
 
-@pytest.fixture
-def timed(tmp_path: Path) -> Any:
+def _timing_grader(
+    tmp_path: Path, problem: str, tolerance: float = 1e-4
+) -> tuple[Grader, _ProblemEntry, Path, Callable[..., VerifyResult]]:
     config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5)
     grader = Grader(config, "cpu")
     grader.gate = GpuGate(str(tmp_path))  # what a GPU grader has; timing takes it alone
-    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+    entry = _ProblemEntry(load_problem(problem, "functional", "cpu", str(tmp_path)))
     job_dir = tmp_path / "job"
     job_dir.mkdir()
 
     def run(candidate: ScriptedCandidate, slowest_call_s: float = 0.001) -> VerifyResult:
         result = VerifyResult(verdict="correct")
         deadline = time.monotonic() + 60
-        grader._time(entry, candidate, deadline, 1e-4, 1e-4, 1, slowest_call_s, result)  # type: ignore[arg-type]
+        grader._time(  # type: ignore[arg-type]
+            entry, candidate, deadline, tolerance, tolerance, 1, slowest_call_s, result
+        )
         return result
 
+    return grader, entry, job_dir, run
+
+
+@pytest.fixture
+def timed(tmp_path: Path) -> Any:
+    grader, _, job_dir, run = _timing_grader(tmp_path, PROBLEM)
     yield job_dir, run
     grader.close()
 
@@ -173,6 +182,36 @@ def test_a_wrong_answer_while_timed_is_rejected(timed: Any) -> None:
         run(ScriptedCandidate(job_dir, torch.abs, event_ms=1.0))
     assert rejected.value.verdict == "wrong_output"
     assert "while being timed" in rejected.value.message
+
+
+ROW_SUM = """
+import torch
+
+def get_inputs():
+    return [torch.randn(16, 8192)]
+
+def fused_operator(x):
+    return [torch.sum(x, dim=1)]
+"""
+
+
+def test_a_timed_output_gets_the_references_rounding_allowance(tmp_path: Path) -> None:
+    """Trials that passed without the allowance do not make the timed check stricter."""
+    grader, entry, job_dir, run = _timing_grader(tmp_path, ROW_SUM, tolerance=1e-9)
+
+    def blocked_sum(x: torch.Tensor) -> torch.Tensor:  # another order than PyTorch's
+        return x.view(16, 16, 512).sum(dim=1).sum(dim=1)
+
+    try:
+        assert entry.noise is None  # as after trials that passed by value alone
+        result = run(ScriptedCandidate(job_dir, blocked_sum, event_ms=1.0))
+        assert result.candidate_ms == 1.0
+        assert entry.noise is not None and 0 < entry.noise[0] < 1e-2
+        # The allowance is rounding-sized: a real error made while timed is still caught.
+        with pytest.raises(Rejected, match="while being timed"):
+            run(ScriptedCandidate(job_dir, lambda x: blocked_sum(x) + 0.01, event_ms=1.0))
+    finally:
+        grader.close()
 
 
 def test_a_rigged_event_timer_is_overruled_by_the_host_clock(timed: Any) -> None:

@@ -159,6 +159,28 @@ def fused_operator(x):
     torch.testing.assert_close(exact.float(), problem.reference(inputs)[0])
 
 
+def test_float64_reference_widens_the_problems_own_float32_casts(tmp_path) -> None:
+    """`argmax(...).float()` feeding a conv: float32 there would break the float64 run."""
+    source = """
+import torch
+import torch.nn.functional as F
+
+def get_inputs():
+    return [torch.randn(5, 8, 6, 7), torch.randn(8, 4, 3, 3)]
+
+def fused_operator(x, w):
+    index = torch.argmax(x, dim=0, keepdim=True).float()
+    return [F.conv_transpose2d(index, w, stride=2)]
+"""
+    problem = load_problem(source, "functional", "cpu", str(tmp_path))
+    inputs = problem.make_inputs(0)
+    (exact,) = problem.reference_float64(inputs)
+    assert exact.dtype == torch.float64
+    (approx,) = problem.reference(inputs)
+    torch.testing.assert_close(exact.float(), approx)
+    assert rounding_noise(approx, exact) > 0  # an allowance, where there was none
+
+
 def test_sandbox_allows_for_the_references_rounding(sandbox_client: SandboxClient) -> None:
     honest = sandbox_client.verify(
         ROW_SUM_PROBLEM,
