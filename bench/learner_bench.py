@@ -25,7 +25,10 @@ Every measurement runs in its own subprocess (JAX and torch never share the GPU 
 gets XLA_PYTHON_CLIENT_MEM_FRACTION=0.90 while it runs alone). Results print as a table and go
 to --out as JSON with a markdown copy beside it, rewritten after every subprocess so a run cut
 short keeps what it measured. --skip torch,train,decode and --batches trim a run; --unfused
-runs the decode rows on the model's modules instead of the fused decode weights (an A/B).
+runs the decode rows on the model's modules instead of the fused decode weights (an A/B);
+--decode-kernels xla,pallas gives one decode row per kernel choice of the fused path (XLA's
+fusions, or the Pallas kernels of `learner.decode_kernels`, used at batch <= 8), an A/B in
+one run.
 
 Decode diagnostics (what a decode step costs, kernel by kernel):
 
@@ -33,7 +36,8 @@ Decode diagnostics (what a decode step costs, kernel by kernel):
     python -m bench.learner_bench --models 0.5b --hlo-count --batches 1,64   # any backend
 
 --profile-decode traces a short greedy decode (--profile-new tokens, batch --profile-batch) of
-the first model per path (--paths fused,module) under `jax.profiler.trace` and prints the GPU
+the first model per path (--paths fused,module,pallas; pallas is the fused path on the Pallas
+kernels) under `jax.profiler.trace` and prints the GPU
 kernels of one step from the `*.trace.json.gz` it writes: name, count and time per step. On a
 CPU it says there is no GPU trace. --hlo-count compiles the decode program from shapes alone
 (no weights) and counts the kernel-launching instructions of its per-token loop body, so two
@@ -95,6 +99,10 @@ for _cfg in MODELS.values():
     )
 
 TARGETS = {"bound_b1": 0.50, "bound_b64": 0.25, "bound_b256": 0.25, "mfu_1.5b": 0.40}
+# `learner.qwen2.DECODE_KERNELS` (the driver imports no jax: it must not touch the GPU).
+DECODE_KERNELS = ("xla", "pallas")
+# --paths of the decode diagnostics: the fused path, the module path, the fused path on Pallas.
+PATHS = {"fused": (True, "xla"), "module": (False, "xla"), "pallas": (True, "pallas")}
 GIB = 2**30
 
 
@@ -209,7 +217,7 @@ def _decode_inputs(vocab: int, batch: int, prompt: int) -> dict[str, Any]:
     }
 
 
-def _decode_options(new: int, chunk: int, fused: bool) -> dict[str, Any]:
+def _decode_options(new: int, chunk: int, fused: bool, kernels: str = "xla") -> dict[str, Any]:
     return {
         "max_new": new,
         "temperature": 0.0,
@@ -218,11 +226,18 @@ def _decode_options(new: int, chunk: int, fused: bool) -> dict[str, Any]:
         "pad_id": 0,
         "chunk": chunk,
         "fused": fused,
+        "kernels": kernels,
     }
 
 
 def _jax_decode_batch(
-    engine: Any, batch: int, prompt: int, new: int, chunk: int, fused: bool = True
+    engine: Any,
+    batch: int,
+    prompt: int,
+    new: int,
+    chunk: int,
+    fused: bool = True,
+    kernels: str = "xla",
 ) -> dict[str, Any]:
     """Time prefill and decode of one batch (greedy, no stops) after a warm-up run."""
     import jax
@@ -235,7 +250,7 @@ def _jax_decode_batch(
     tokens, starts, seeds = inputs["tokens"], inputs["starts"], inputs["seeds"]
     stops, eos, base_seed = inputs["stops"], inputs["eos"], inputs["base_seed"]
     cache_len = prompt + sampler.decode_steps(new, chunk)
-    options = _decode_options(new, chunk, fused)
+    options = _decode_options(new, chunk, fused, kernels)
 
     def run_prefill() -> Any:
         out = sampler.prefill(
@@ -299,12 +314,13 @@ def worker_jax_decode(spec: dict[str, Any]) -> dict[str, Any]:
                     spec["new"],
                     spec["chunk"],
                     spec.get("fused", True),
+                    spec.get("kernels", "xla"),
                 )
             )
         except Exception as err:  # one batch failing (say, out of memory) must not hide the rest
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
         results.append(row)
-    return {"model": spec["model"], "rows": results}
+    return {"model": spec["model"], "kernels": spec.get("kernels", "xla"), "rows": results}
 
 
 def worker_torch_decode(spec: dict[str, Any]) -> dict[str, Any]:
@@ -493,8 +509,11 @@ def _bf16_config(name: str) -> Any:
     return qwen2.Qwen2Config.from_hf(MODELS[name], param_dtype="bfloat16", dtype="bfloat16")
 
 
+_INTERPRETED = "the Pallas kernels run interpreted off the GPU: no kernel count here"
+
+
 def worker_hlo_count(spec: dict[str, Any]) -> dict[str, Any]:
-    """Kernels per decode step of the compiled program, fused and module paths, no weights."""
+    """Kernels per decode step of the compiled program, per path (--paths), no weights."""
     import jax
 
     from learner import sampler
@@ -505,7 +524,12 @@ def worker_hlo_count(spec: dict[str, Any]) -> dict[str, Any]:
         for batch in spec["batches"]:
             args = _abstract_decode_args(cfg, batch, spec["prompt"], spec["new"], spec["chunk"])
             for path in spec["paths"]:
-                options = _decode_options(spec["new"], spec["chunk"], path == "fused")
+                if path == "pallas" and jax.devices()[0].platform != "gpu":
+                    rows.append(
+                        {"model": name, "batch": batch, "path": path, "error": _INTERPRETED}
+                    )
+                    continue
+                options = _decode_options(spec["new"], spec["chunk"], *PATHS[path])
                 start = time.perf_counter()
                 text = sampler.decode.lower(*args, **options).compile().as_text()
                 counts = decode_step_kernels(text, spec["chunk"])
@@ -553,7 +577,7 @@ def worker_jax_profile(spec: dict[str, Any]) -> dict[str, Any]:
     base_seed = inputs["base_seed"]
     results: dict[str, Any] = {"model": spec["model"], "batch": batch, "platform": platform}
     for path in spec["paths"]:
-        options = _decode_options(new, chunk, path == "fused")
+        options = _decode_options(new, chunk, *PATHS[path])
         cache, logits = prefill()
         args = (engine.graphdef, engine.state, cache, logits, *row_args, base_seed)
         compiled = sampler.decode.lower(*args, **options).compile()
@@ -580,7 +604,10 @@ def worker_jax_profile(spec: dict[str, Any]) -> dict[str, Any]:
             "trace_dir": str(trace_dir),
         }
         kernels = gpu_kernels_from_trace(trace_dir)
-        if kernels is None:
+        if path == "pallas" and platform != "gpu":
+            entry["hlo"] = {}
+            entry["note"] = _INTERPRETED
+        elif kernels is None:
             entry["note"] = f"no GPU in this trace (platform {platform}): no kernel table"
         else:
             ours = [k for k in kernels if k["module"] in (None, counts.get("module"))]
@@ -679,13 +706,16 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
     bandwidth = calib.get("copy_bandwidth")
     peak = calib.get("matmul_flops")
     decode_rows, train_rows, checks = [], [], []
+    labelled = args.decode_kernels != ["xla"]  # name the kernels in the targets once in play
     for name in args.models:
         hf = MODELS[name]
-        jax_rows = {r["batch"]: r for r in results.get(f"jax_decode/{name}", {}).get("rows", [])}
         torch_rows = {
             r["batch"]: r for r in results.get(f"torch_decode/{name}", {}).get("rows", [])
         }
-        for batch in args.batches:
+        for kernels, batch in [(k, b) for k in args.decode_kernels for b in args.batches]:
+            jax_rows = {
+                r["batch"]: r for r in results.get(decode_key(name, kernels), {}).get("rows", [])
+            }
             j, t = jax_rows.get(batch, {}), torch_rows.get(batch, {})
             bound = (
                 batch * args.new / decode_bound_seconds(hf, batch, args.prompt, args.new, bandwidth)
@@ -695,6 +725,7 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
             row = {
                 "model": name,
                 "batch": batch,
+                "kernels": kernels,
                 "jax_tokens_per_s": j.get("tokens_per_s"),
                 "torch_tokens_per_s": t.get("tokens_per_s"),
                 "bound_tokens_per_s": bound,
@@ -714,9 +745,10 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
             decode_rows.append(row)
             target = None if args.quick else TARGETS.get(f"bound_b{batch}")
             if target is not None and row["fraction_of_bound"] is not None:
+                label = f" ({kernels} kernels)" if labelled else ""
                 checks.append(
                     {
-                        "what": f"{name} decode b{batch} >= {target:.0%} of bound",
+                        "what": f"{name} decode b{batch}{label} >= {target:.0%} of bound",
                         "value": row["fraction_of_bound"],
                         "pass": row["fraction_of_bound"] >= target,
                     }
@@ -748,6 +780,7 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
             "train_seq": args.train_seq,
             "quick": args.quick,
             "decode_path": "module" if args.unfused else "fused",
+            "decode_kernels": args.decode_kernels,
         },
         "calibration": calib,
         "decode": decode_rows,
@@ -768,12 +801,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "## Decode",
         "",
-        "| model | batch | JAX tok/s | torch tok/s | JAX/torch | bound tok/s | % of bound | JAX peak GiB | torch peak GiB | JAX prefill s | torch prefill s | JAX compile s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | batch | JAX kernels | JAX tok/s | torch tok/s | JAX/torch | bound tok/s | % of bound | JAX peak GiB | torch peak GiB | JAX prefill s | torch prefill s | JAX compile s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["decode"]:
         lines.append(
-            f"| {r['model']} | {r['batch']} | {_fmt(r['jax_tokens_per_s'])} | {_fmt(r['torch_tokens_per_s'])} | "
+            f"| {r['model']} | {r['batch']} | {r.get('kernels', 'xla')} | {_fmt(r['jax_tokens_per_s'])} | {_fmt(r['torch_tokens_per_s'])} | "
             f"{_fmt(r['jax_vs_torch'], '.2f')} | {_fmt(r['bound_tokens_per_s'])} | "
             f"{_fmt(100 * r['fraction_of_bound'] if r['fraction_of_bound'] is not None else None, '.1f')} | "
             f"{_gib(r['jax_peak_bytes'])} | {_gib(r['torch_peak_bytes'])} | {_fmt(r['jax_prefill_s'], '.3f')} | "
@@ -825,7 +858,7 @@ def write_outputs(report: dict[str, Any], out: Path | None) -> Path | None:
     return json_path
 
 
-def decode_spec(args: argparse.Namespace, name: str) -> dict[str, Any]:
+def decode_spec(args: argparse.Namespace, name: str, kernels: str = "xla") -> dict[str, Any]:
     return {
         "model": name,
         "batches": sorted(args.batches),
@@ -833,26 +866,36 @@ def decode_spec(args: argparse.Namespace, name: str) -> dict[str, Any]:
         "new": args.new,
         "chunk": args.chunk,
         "fused": not args.unfused,
+        "kernels": kernels,
     }
+
+
+def decode_key(name: str, kernels: str) -> str:
+    """The results key of a JAX decode run (XLA's kernels keep the key they always had)."""
+    return f"jax_decode/{name}" if kernels == "xla" else f"jax_decode/{name}/{kernels}"
 
 
 def sweep_xla(args: argparse.Namespace, results: dict[str, Any]) -> int:
     """JAX decode under each XLA_FLAGS variant: which compiler settings pay off on this GPU."""
     bandwidth = results["calibration"].get("copy_bandwidth")
     lines = [
-        "| model | XLA_FLAGS | batch | tok/s | % of bound | compile s |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | XLA_FLAGS | kernels | batch | tok/s | % of bound | compile s |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     for name in args.models:
-        spec = decode_spec(args, name)
-        for flags in args.sweep_xla.split("|"):
-            print(f"jax_decode/{name} XLA_FLAGS={flags!r} ...", flush=True)
+        for flags, kernels in [
+            (f, k) for f in args.sweep_xla.split("|") for k in args.decode_kernels
+        ]:
+            spec = decode_spec(args, name, kernels)
+            print(f"{decode_key(name, kernels)} XLA_FLAGS={flags!r} ...", flush=True)
             result = _spawn(
                 "jax_decode", spec, quick=args.quick, timeout=args.timeout,
                 xla_flags=f"{args.xla_flags} {flags}".strip(),
             )  # fmt: skip
             if "error" in result:
-                lines.append(f"| {name} | `{flags}` | - | error: {result['error'][:200]} | - | - |")
+                lines.append(
+                    f"| {name} | `{flags}` | {kernels} | - | error: {result['error'][:200]} | - | - |"
+                )
             for row in result.get("rows", []):
                 bound = (
                     row["batch"] * args.new
@@ -862,7 +905,7 @@ def sweep_xla(args: argparse.Namespace, results: dict[str, Any]) -> int:
                 )  # fmt: skip
                 share = f"{100 * row['tokens_per_s'] / bound:.1f}" if bound else "-"
                 lines.append(
-                    f"| {name} | `{flags or '(none)'}` | {row['batch']} | "
+                    f"| {name} | `{flags or '(none)'}` | {kernels} | {row['batch']} | "
                     f"{row['tokens_per_s']:.0f} | {share} | {_fmt(row.get('compile_and_first_run_s'), '.1f')} |"
                 )  # fmt: skip
             print("\n".join(lines), flush=True)
@@ -905,6 +948,9 @@ def hlo_count(args: argparse.Namespace) -> int:
         "|---|---:|---|---:|---|---:|",
     ]
     for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['path']} | - | {r['error']} | - |")
+            continue
         ops = ", ".join(
             f"{k} {v:g}" for k, v in sorted(r["by_op_per_step"].items(), key=lambda kv: -kv[1])
         )
@@ -1007,6 +1053,12 @@ def main(argv: list[str] | None = None) -> int:
         help="decode rows on the model's modules instead of the fused decode weights (A/B)",
     )
     parser.add_argument(
+        "--decode-kernels",
+        default="xla",
+        help="comma list of the fused decode's kernels, one decode row each: xla,pallas "
+        "(pallas: hand-written Pallas kernels at batch <= 8, XLA's above)",
+    )
+    parser.add_argument(
         "--profile-decode",
         type=Path,
         metavar="DIR",
@@ -1024,7 +1076,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paths",
         default="fused,module",
-        help="decode paths for --profile-decode and --hlo-count: fused,module",
+        help="decode paths for --profile-decode and --hlo-count: fused,module,pallas "
+        "(pallas: the fused path on the Pallas kernels; needs a GPU)",
     )
     parser.add_argument("--timeout", type=float, default=1800, help="per worker, seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1043,8 +1096,13 @@ def main(argv: list[str] | None = None) -> int:
     args.train_seq = args.train_seq or (64 if q else 2048)
     skip = set(filter(None, args.skip.split(",")))
     args.paths = [p for p in args.paths.split(",") if p]
-    if not set(args.paths) <= {"fused", "module"}:
-        parser.error("--paths takes fused and/or module")
+    if not set(args.paths) <= set(PATHS):
+        parser.error(f"--paths takes some of {','.join(PATHS)}")
+    args.decode_kernels = list(dict.fromkeys(k for k in args.decode_kernels.split(",") if k))
+    if not args.decode_kernels or not set(args.decode_kernels) <= set(DECODE_KERNELS):
+        parser.error(f"--decode-kernels takes some of {','.join(DECODE_KERNELS)}")
+    if args.unfused and args.decode_kernels != ["xla"]:
+        parser.error("--decode-kernels other than xla need the fused path (drop --unfused)")
     if args.hlo_count:
         return hlo_count(args)
     if args.profile_decode:
@@ -1073,7 +1131,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         spec = decode_spec(args, name)
         if "decode" not in skip:
-            record(f"jax_decode/{name}", "jax_decode", spec)
+            for kernels in args.decode_kernels:
+                record(decode_key(name, kernels), "jax_decode", decode_spec(args, name, kernels))
         if "torch" not in skip:
             record(f"torch_decode/{name}", "torch_decode", spec)
         if "train" not in skip:

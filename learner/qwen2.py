@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from learner import decode_kernels
 from learner.sharding import Rules, constrain
 
 ARCHITECTURE = "qwen2"
@@ -690,6 +691,48 @@ def _fused_layer(
     return constrain(x, ACT_BTM), cache_out
 
 
+# Kernels of `fused_decode`: XLA's own fusions, or the Pallas kernels of `decode_kernels`.
+DECODE_KERNELS = ("xla", "pallas")
+
+
+def check_decode_kernels(kernels: str) -> None:
+    """Raise a ValueError naming the choices unless `kernels` is one of `DECODE_KERNELS`."""
+    if kernels not in DECODE_KERNELS:
+        raise ValueError(f"decode kernels must be one of {DECODE_KERNELS}, got {kernels!r}")
+
+
+def _pallas_applies(batch: int, time: int) -> bool:
+    """Whether the Pallas decode kernels serve this call: one new token per row, few rows, and
+    no mesh of more than one device (the kernels see whole, unsharded weights)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    unsharded = mesh.empty or mesh.size == 1
+    return time == 1 and batch <= decode_kernels.MAX_ROWS and unsharded
+
+
+def _pallas_layer(
+    cfg: Qwen2Config,
+    w: DecodeLayerWeights,
+    x: jax.Array,
+    sin: jax.Array,
+    cos: jax.Array,
+    mask: jax.Array,
+    cache: LayerCache,
+    index: jax.Array,
+) -> tuple[jax.Array, LayerCache]:
+    """`_fused_layer` for one token per row as five Pallas kernels (six with a split cache).
+
+    x [R, hidden]; sin, cos [R, head_dim // 2]; mask [R, cache_length] int32; index [1].
+    """
+    eps = cfg.rms_norm_eps
+    qkv = decode_kernels.qkv_rope(x, w.qkv, w.qkv_bias, sin, cos, eps=eps)
+    out, k, v = decode_kernels.attention(qkv, mask, cache.k, cache.v, index)
+    x = decode_kernels.matvec_residual(out, w.o_proj, x)
+    x = decode_kernels.matvec_residual(
+        decode_kernels.gate_up_silu(x, w.gate_up, eps=eps), w.down, x
+    )
+    return x, LayerCache(k, v)
+
+
 def fused_decode(
     cfg: Qwen2Config,
     weights: DecodeWeights,
@@ -698,18 +741,36 @@ def fused_decode(
     mask: jax.Array,
     cache: Cache,
     cache_index: jax.Array | int,
+    kernels: str = "xla",
 ) -> tuple[jax.Array, Cache]:
     """`Qwen2.__call__` in decode mode (write at `cache_index`, attend under `mask`), fused.
 
     tokens, positions [B, T]; mask [B, T, cache_length]. Returns float32 logits [B, T, vocab]
     and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
+
+    `kernels="pallas"` runs each layer as the hand-written kernels of `decode_kernels` when
+    they apply (T = 1, B <= `decode_kernels.MAX_ROWS`, a single device; else the XLA layers,
+    silently): at batch 1 a step is bound by kernel launches, and XLA:GPU launches ~15 a layer.
+    The embedding lookup, final norm and output head stay XLA's in either case.
     """
+    check_decode_kernels(kernels)
     x = constrain(jnp.take(weights.embedding, tokens, axis=0), ACT_BTM)
     sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    b, t, m = x.shape
     new_cache = []
-    for w, layer_cache in zip(weights.layers, cache, strict=True):
-        x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
-        new_cache.append(layer_cache)
+    if kernels == "pallas" and _pallas_applies(b, t):
+        rows = x.reshape(b, m)
+        sin, cos = sin.reshape(b, -1), cos.reshape(b, -1)
+        allowed = mask.reshape(b, -1).astype(jnp.int32)  # once a step, not once a layer
+        index = jnp.asarray(cache_index, jnp.int32).reshape(1)
+        for w, layer_cache in zip(weights.layers, cache, strict=True):
+            rows, layer_cache = _pallas_layer(cfg, w, rows, sin, cos, allowed, layer_cache, index)
+            new_cache.append(layer_cache)
+        x = rows.reshape(b, t, m)
+    else:
+        for w, layer_cache in zip(weights.layers, cache, strict=True):
+            x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
+            new_cache.append(layer_cache)
     hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
     logits = output_logits(hidden, weights.head, tied=cfg.tie_word_embeddings)
     return constrain(logits, ACT_BTV), tuple(new_cache)

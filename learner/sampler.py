@@ -174,6 +174,12 @@ def _prefill(
     return cache, model.logits(hidden[:, -1:])[:, 0]
 
 
+def _check_kernels(fused: bool, kernels: str) -> None:
+    qwen2.check_decode_kernels(kernels)
+    if not fused and kernels != "xla":
+        raise ValueError(f"decode kernels {kernels!r} need the fused decode path (fused=True)")
+
+
 def decode_steps(max_new: int, chunk: int) -> int:
     """Decode steps actually run: `max_new` rounded up to whole chunks (cache and buffers fit this)."""
     return -(-max_new // chunk) * chunk
@@ -197,6 +203,7 @@ def _decode(
     pad_id: int,
     chunk: int = 8,
     fused: bool = True,
+    kernels: str = "xla",
 ) -> tuple[tuple[jax.Array, ...], qwen2.Cache]:
     """Sample up to `max_new` tokens per row on device; stops early when all rows are done.
 
@@ -209,7 +216,10 @@ def _decode(
     `fused` runs each token through `qwen2.fused_decode` on weights regrouped once, here, before
     the loop (fewer, larger kernels per token: what bounds batch-1 decode on a GPU); False runs
     the model's own modules, the reference the fused path is tested and benchmarked against.
+    `kernels` picks the fused path's kernels (`qwen2.DECODE_KERNELS`): "xla", or "pallas" for
+    hand-written ones at small batches on one device (see `qwen2.fused_decode`).
     """
+    _check_kernels(fused, kernels)
     model = nnx.merge(graphdef, state)
     weights = qwen2.fuse_decode_weights(model) if fused else None
     batch = logits.shape[0]
@@ -247,7 +257,7 @@ def _decode(
             logits, cache = model(token[:, None], positions, mask, cache, slot)
         else:
             logits, cache = qwen2.fused_decode(
-                model.config, weights, token[:, None], positions, mask, cache, slot
+                model.config, weights, token[:, None], positions, mask, cache, slot, kernels
             )
         return (
             step + 1,
@@ -289,7 +299,16 @@ prefill = jax.jit(_prefill, static_argnums=0, static_argnames=("cache_len", "cac
 decode = jax.jit(
     _decode,
     static_argnums=0,
-    static_argnames=("max_new", "temperature", "top_k", "top_p", "pad_id", "chunk", "fused"),
+    static_argnames=(
+        "max_new",
+        "temperature",
+        "top_k",
+        "top_p",
+        "pad_id",
+        "chunk",
+        "fused",
+        "kernels",
+    ),
     donate_argnames=("cache",),
 )
 
@@ -306,6 +325,8 @@ class Sampler:
     results; with token-id prompts it is optional. `set_model` swaps in new weights of the same
     structure (an RL step) without recompiling. `fused_decode=False` decodes through the
     model's own modules: slower, but without a second copy of the projections in memory.
+    `decode_kernels="pallas"` runs the fused decode through hand-written Pallas kernels where
+    they apply (few rows, one device); "xla" (the default) leaves every kernel to XLA.
     """
 
     def __init__(
@@ -320,7 +341,9 @@ class Sampler:
         pad_id: int = 0,
         chunk: int = 8,
         fused_decode: bool = True,
+        decode_kernels: str = "xla",
     ) -> None:
+        _check_kernels(fused_decode, decode_kernels)
         self.config: qwen2.Qwen2Config = model.config
         self.graphdef, self.state = nnx.split(model)
         self.tokenizer = tokenizer
@@ -332,6 +355,7 @@ class Sampler:
         self.chunk = chunk
         # Regrouped projections decode faster but hold a second copy of them while decoding.
         self.fused_decode = fused_decode
+        self.decode_kernels = decode_kernels
 
     def set_model(self, model: qwen2.Qwen2) -> None:
         self.state = nnx.state(model)
@@ -405,6 +429,7 @@ class Sampler:
                 pad_id=self.pad_id,
                 chunk=self.chunk,
                 fused=self.fused_decode,
+                kernels=self.decode_kernels,
             )
         if jax.process_count() > 1:  # rows live on other hosts too: gather them everywhere
             from jax.experimental import multihost_utils

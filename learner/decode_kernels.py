@@ -1,0 +1,609 @@
+"""Pallas (Triton) kernels for a decode step with few token rows: 5-6 kernels a layer, not ~15.
+
+At batch 1 a decode step is bound by kernel launches, not bytes: XLA:GPU turns every
+matrix-vector product and every RMSNorm into reduction kernels of their own and writes the KV
+cache in separate dynamic-update-slices. Here one kernel does each of
+
+1. `qkv_rope`: RMSNorm statistics + the QKV projection + bias + RoPE;
+2. `attention`: the new token over the KV cache, writing its key and value into the cache
+   (with a small combine kernel when the cache length is split across programs);
+3. `matvec_residual`: o_proj (and, again, down) + the residual add;
+4. `gate_up_silu`: RMSNorm statistics + gate/up projection + silu(gate) * up.
+
+Weights are [out, in] (the contracted dimension last and contiguous) with any RMSNorm scale
+already folded in (`qwen2.DecodeLayerWeights`), so a kernel reads the residual itself and
+scales its dot products by 1 / rms: each program recomputes that from the `hidden`-long row.
+Dot products accumulate in float32 and round where the XLA path (`qwen2._fused_layer`) rounds.
+
+Matrix-vector kernels grid over blocks of output rows (enough programs to fill the SMs of an
+H100/H200) and loop over the contracted dimension in chunks of up to 2,048, loading a
+contiguous [rows, chunk] tile of the weight per step; token rows are an unrolled loop that
+reuses the tile. Any size works: loads and stores are masked where a block overhangs.
+Off the GPU the kernels run in Pallas' interpreter (`interpret=None` picks it). Static indices
+into refs are numpy integers: the interpreter's load and store rules reject Python ints.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+# Token rows (batch x new tokens) up to which the kernels are meant to run: each row is an
+# unrolled pass over a weight tile already in registers; larger batches are GEMMs, XLA's job.
+MAX_ROWS = 8
+
+_NEG_INF = -0.7 * float(jnp.finfo(jnp.float32).max)  # as qwen2 masks scores: finite
+_TILE = 8192  # weight elements a program holds per loop step (16 KiB of bf16)
+_MAX_BLOCK_K = 2048
+_MIN_PROGRAMS = 128  # about one per SM of an H100 / H200 (132)
+_ATTENTION_PROGRAMS = 64  # split the cache length until about this many attention programs
+_NUM_WARPS = 4
+
+Ref = Any  # a Pallas reference to a kernel operand (Triton: a pointer)
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two >= n (Triton block shapes must be powers of two)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _interpret(interpret: bool | None) -> bool:
+    return jax.default_backend() != "gpu" if interpret is None else interpret
+
+
+def _params(num_warps: int = _NUM_WARPS) -> plgpu.CompilerParams:
+    return plgpu.CompilerParams(num_warps=num_warps, num_stages=1)
+
+
+def _and(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
+    """Conjunction of two masks, where None means "all true" (no mask needed)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a & b
+
+
+def _load(ref: Ref, mask: jax.Array | None, other: float = 0) -> jax.Array:
+    """A load, masked (with `other` where the mask is off) only when there is a mask."""
+    if mask is None:
+        return plgpu.load(ref)
+    return plgpu.load(ref, mask=mask, other=other)
+
+
+def _matvec_blocks(
+    n: int, k: int, tiles: int, block_n: int | None, block_k: int | None
+) -> tuple[int, int]:
+    """Block sizes of a matrix-vector kernel over `n` outputs contracting `k`.
+
+    block_k: the whole row when it fits (fewest loop steps, most bytes in flight), else 2,048.
+    block_n: as many rows as the tile budget allows (`tiles` weight tiles per program), halved
+    until there are about as many programs as SMs.
+    """
+    if block_k is None:
+        block_k = min(_pow2(k), _MAX_BLOCK_K)
+    if block_n is None:
+        block_n = max(1, min(_TILE // (tiles * block_k), _pow2(n)))
+        while block_n > 1 and _cdiv(n, block_n) < _MIN_PROGRAMS:
+            block_n //= 2
+    for name, size in (("block_n", block_n), ("block_k", block_k)):
+        if size < 1 or size & (size - 1):
+            raise ValueError(f"{name}={size} must be a power of two")
+    return block_n, block_k
+
+
+def _dot_rows(
+    x_ref: Ref,
+    w_ref: Ref,
+    starts: Sequence[jax.Array],
+    row_ok: jax.Array | None,
+    *,
+    rows: int,
+    k: int,
+    block_n: int,
+    block_k: int,
+    with_norm: bool,
+) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
+    """Float32 dot products of weight rows [start, start + block_n) with each row of x [R, k].
+
+    Returns acc[r][i] ([block_n], for row r of x and block i of `starts`) and, with
+    `with_norm`, the sum of squares of each row of x (the RMSNorm statistics, free here: the
+    kernel reads x anyway). The weight tiles are loaded once a step and reused by every row.
+    """
+    k_tail = k % block_k != 0
+    f32 = jnp.float32
+
+    def step(i: jax.Array, carry: tuple) -> tuple:
+        accs, ssqs = carry
+        k0 = pl.multiple_of(i * block_k, block_k)
+        k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
+        tile_ok = _and(
+            None if row_ok is None else row_ok[:, None], None if k_ok is None else k_ok[None, :]
+        )
+        tiles = [
+            _load(w_ref.at[pl.ds(s, block_n), pl.ds(k0, block_k)], tile_ok).astype(f32)
+            for s in starts
+        ]
+        new_accs, new_ssqs = [], []
+        for r in range(rows):
+            xr = _load(x_ref.at[np.int32(r), pl.ds(k0, block_k)], k_ok).astype(f32)
+            new_accs.append(
+                tuple(
+                    a + jnp.sum(t * xr[None, :], axis=1)
+                    for a, t in zip(accs[r], tiles, strict=True)
+                )
+            )
+            if with_norm:
+                new_ssqs.append(ssqs[r] + jnp.sum(xr * xr))
+        return tuple(new_accs), tuple(new_ssqs)
+
+    zeros = tuple(tuple(jnp.zeros((block_n,), f32) for _ in starts) for _ in range(rows))
+    ssq0 = tuple(jnp.zeros((), f32) for _ in range(rows)) if with_norm else ()
+    accs, ssqs = jax.lax.fori_loop(0, _cdiv(k, block_k), step, (zeros, ssq0))
+    return [list(a) for a in accs], (list(ssqs) if with_norm else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix-vector product + residual (o_proj, down)
+# --------------------------------------------------------------------------------------------
+
+
+def _matvec_residual_kernel(
+    x_ref: Ref,
+    w_ref: Ref,
+    res_ref: Ref,
+    o_ref: Ref,
+    *,
+    rows: int,
+    n: int,
+    k: int,
+    block_n: int,
+    block_k: int,
+) -> None:
+    n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
+    n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
+    accs, _ = _dot_rows(
+        x_ref, w_ref, [n0], n_ok, rows=rows, k=k, block_n=block_n, block_k=block_k, with_norm=False
+    )
+    for r in range(rows):
+        res = _load(res_ref.at[np.int32(r), pl.ds(n0, block_n)], n_ok)
+        y = res + accs[r][0].astype(res.dtype)
+        plgpu.store(o_ref.at[np.int32(r), pl.ds(n0, block_n)], y, mask=n_ok)
+
+
+def matvec_residual(
+    x: jax.Array,
+    w: jax.Array,
+    residual: jax.Array,
+    *,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """residual + x @ w.T for x [R, k], w [n, k], residual [R, n]; in residual's dtype.
+
+    The product rounds to residual's dtype before the add, as `x + einsum(...)` does in XLA.
+    """
+    rows, k = x.shape
+    n = w.shape[0]
+    block_n, block_k = _matvec_blocks(n, k, 1, block_n, block_k)
+    kernel = functools.partial(
+        _matvec_residual_kernel, rows=rows, n=n, k=k, block_n=block_n, block_k=block_k
+    )
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(residual.shape, residual.dtype),
+        grid=(_cdiv(n, block_n),),
+        interpret=_interpret(interpret),
+        name="decode_matvec_residual",
+        compiler_params=_params(),
+    )(x, w, residual)
+
+
+# --------------------------------------------------------------------------------------------
+# RMSNorm + gate/up projection + silu(gate) * up
+# --------------------------------------------------------------------------------------------
+
+
+def _gate_up_kernel(
+    x_ref: Ref,
+    w_ref: Ref,
+    o_ref: Ref,
+    *,
+    rows: int,
+    inner: int,
+    k: int,
+    eps: float,
+    block_n: int,
+    block_k: int,
+) -> None:
+    f32 = jnp.float32
+    n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
+    n_ok = (n0 + jnp.arange(block_n) < inner) if inner % block_n else None
+    accs, ssqs = _dot_rows(
+        x_ref,
+        w_ref,
+        [n0, n0 + inner],  # gate rows, then the up rows of the same outputs
+        n_ok,
+        rows=rows,
+        k=k,
+        block_n=block_n,
+        block_k=block_k,
+        with_norm=True,
+    )
+    assert ssqs is not None
+    dtype = o_ref.dtype
+    for r in range(rows):
+        inv = jax.lax.rsqrt(ssqs[r] / k + eps)
+        gate = (accs[r][0] * inv).astype(dtype).astype(f32)
+        up = (accs[r][1] * inv).astype(dtype).astype(f32)
+        act = (gate * jax.nn.sigmoid(gate)).astype(dtype).astype(f32)
+        plgpu.store(o_ref.at[np.int32(r), pl.ds(n0, block_n)], (act * up).astype(dtype), mask=n_ok)
+
+
+def gate_up_silu(
+    x: jax.Array,
+    w: jax.Array,
+    *,
+    eps: float,
+    block_n: int | None = None,
+    block_k: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """silu(g) * u for [g, u] = (x @ w[c].T) / rms(x); x [R, hidden], w [2, inner, hidden].
+
+    `w` carries the RMSNorm scale (diag(scale) W). Returns [R, inner] in x's dtype.
+    """
+    rows, k = x.shape
+    inner = w.shape[1]
+    block_n, block_k = _matvec_blocks(inner, k, 2, block_n, block_k)
+    kernel = functools.partial(
+        _gate_up_kernel, rows=rows, inner=inner, k=k, eps=eps, block_n=block_n, block_k=block_k
+    )
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, inner), x.dtype),
+        grid=(_cdiv(inner, block_n),),
+        interpret=_interpret(interpret),
+        name="decode_gate_up_silu",
+        compiler_params=_params(),
+    )(x, w.reshape(2 * inner, k))
+
+
+# --------------------------------------------------------------------------------------------
+# RMSNorm + QKV projection + bias + RoPE
+# --------------------------------------------------------------------------------------------
+
+
+def _qkv_rope_kernel(
+    x_ref: Ref,
+    w_ref: Ref,
+    b_ref: Ref,
+    sin_ref: Ref,
+    cos_ref: Ref,
+    o_ref: Ref,
+    *,
+    rows: int,
+    slots: int,
+    head_dim: int,
+    k: int,
+    eps: float,
+    block_j: int,
+    block_k: int,
+) -> None:
+    f32 = jnp.float32
+    half = head_dim // 2
+    head = pl.program_id(0)  # over kv_heads * slots, each slot a query, key or value head
+    j0 = pl.multiple_of(pl.program_id(1) * block_j, block_j)
+    j_ok = (j0 + jnp.arange(block_j) < half) if half % block_j else None
+    first = head * head_dim + j0  # rows of the first half of this head's dimensions
+    second = first + half  # and of their rotation partners
+    accs, ssqs = _dot_rows(
+        x_ref,
+        w_ref,
+        [first, second],
+        j_ok,
+        rows=rows,
+        k=k,
+        block_n=block_j,
+        block_k=block_k,
+        with_norm=True,
+    )
+    assert ssqs is not None
+    dtype = o_ref.dtype
+    bias_a = _load(b_ref.at[pl.ds(first, block_j)], j_ok)
+    bias_b = _load(b_ref.at[pl.ds(second, block_j)], j_ok)
+    rotate = head % slots != slots - 1  # the last slot of each KV group is the value head
+    for r in range(rows):
+        inv = jax.lax.rsqrt(ssqs[r] / k + eps)
+        a = (accs[r][0] * inv).astype(dtype) + bias_a
+        b = (accs[r][1] * inv).astype(dtype) + bias_b
+        sin = _load(sin_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok)
+        cos = _load(cos_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok)
+        a32, b32 = a.astype(f32), b.astype(f32)
+        a = jnp.where(rotate, (a32 * cos - b32 * sin).astype(dtype), a)
+        b = jnp.where(rotate, (b32 * cos + a32 * sin).astype(dtype), b)
+        plgpu.store(o_ref.at[np.int32(r), pl.ds(first, block_j)], a, mask=j_ok)
+        plgpu.store(o_ref.at[np.int32(r), pl.ds(second, block_j)], b, mask=j_ok)
+
+
+def qkv_rope(
+    x: jax.Array,
+    w: jax.Array,
+    bias: jax.Array,
+    sin: jax.Array,
+    cos: jax.Array,
+    *,
+    eps: float,
+    block_j: int | None = None,
+    block_k: int | None = None,
+    interpret: bool | None = None,
+) -> jax.Array:
+    """Queries, keys and values of R tokens, rotated: [R, kv_heads, group + 2, head_dim].
+
+    x [R, hidden] is the residual (not normalised); w [kv_heads, group + 2, head_dim, hidden]
+    and bias [kv_heads, group + 2, head_dim] are `DecodeLayerWeights.qkv` / `.qkv_bias` (per KV
+    head: its query heads, its key, its value; the RMSNorm scale folded into w); sin, cos
+    [R, head_dim // 2] float32. Each program owns `block_j` dimension pairs (d, d + half) of
+    one head, so the rotation happens in registers; value heads are not rotated.
+    """
+    rows, k = x.shape
+    kv, slots, head_dim, _ = w.shape
+    if head_dim % 2:
+        raise ValueError("RoPE needs an even head_dim")
+    half = head_dim // 2
+    heads = kv * slots
+    if block_j is None:
+        block_j, block_k = _matvec_blocks(heads * half, k, 2, None, block_k)
+        block_j = min(block_j, _pow2(half))
+    else:
+        block_j, block_k = _matvec_blocks(heads * half, k, 2, block_j, block_k)
+    kernel = functools.partial(
+        _qkv_rope_kernel,
+        rows=rows,
+        slots=slots,
+        head_dim=head_dim,
+        k=k,
+        eps=eps,
+        block_j=block_j,
+        block_k=block_k,
+    )
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((rows, heads * head_dim), x.dtype),
+        grid=(heads, _cdiv(half, block_j)),
+        interpret=_interpret(interpret),
+        name="decode_qkv_rope",
+        compiler_params=_params(),
+    )(
+        x,
+        w.reshape(heads * head_dim, k),
+        bias.reshape(heads * head_dim).astype(x.dtype),
+        sin.astype(jnp.float32),
+        cos.astype(jnp.float32),
+    )
+    return out.reshape(rows, kv, slots, head_dim)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention of one new token over the KV cache (and the cache write)
+# --------------------------------------------------------------------------------------------
+
+
+def _attention_kernel(
+    qkv_ref: Ref,
+    mask_ref: Ref,
+    index_ref: Ref,
+    k_ref: Ref,
+    v_ref: Ref,
+    k_out_ref: Ref,
+    v_out_ref: Ref,
+    *out_refs: Ref,
+    group: int,
+    head_dim: int,
+    length: int,
+    block_g: int,
+    block_d: int,
+    block_s: int,
+    chunks: int,
+    splits: int,
+) -> None:
+    f32 = jnp.float32
+    row, head, split = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+    dtype = qkv_ref.dtype
+    g_ok = (jnp.arange(block_g) < group) if block_g != group else None
+    d_ok = (jnp.arange(block_d) < head_dim) if block_d != head_dim else None
+    gd_ok = _and(None if g_ok is None else g_ok[:, None], None if d_ok is None else d_ok[None, :])
+    q = _load(qkv_ref.at[row, head, pl.ds(0, block_g), pl.ds(0, block_d)], gd_ok)
+    k_new = _load(qkv_ref.at[row, head, np.int32(group), pl.ds(0, block_d)], d_ok).astype(
+        k_ref.dtype
+    )
+    v_new = _load(qkv_ref.at[row, head, np.int32(group + 1), pl.ds(0, block_d)], d_ok).astype(
+        v_ref.dtype
+    )
+    index = index_ref[np.int32(0)]
+
+    @pl.when(split == 0)
+    def _write_cache() -> None:
+        plgpu.store(k_out_ref.at[row, head, index, pl.ds(0, block_d)], k_new, mask=d_ok)
+        plgpu.store(v_out_ref.at[row, head, index, pl.ds(0, block_d)], v_new, mask=d_ok)
+
+    # Other programs may read slot `index` before or after the write: use the new key and value
+    # from registers there, as if read back from the updated cache.
+    k_new, v_new = k_new.astype(dtype), v_new.astype(dtype)
+    scale = head_dim**-0.5
+    tail = splits * chunks * block_s != length
+
+    def step(c: jax.Array, carry: tuple) -> tuple:
+        top, total, acc = carry
+        s0 = pl.multiple_of((split * chunks + c) * block_s, block_s)
+        slots = s0 + jnp.arange(block_s)
+        s_ok = (slots < length) if tail else None
+        sd_ok = _and(
+            None if s_ok is None else s_ok[:, None], None if d_ok is None else d_ok[None, :]
+        )
+        fresh = (slots == index)[:, None]
+        keys = _load(k_ref.at[row, head, pl.ds(s0, block_s), pl.ds(0, block_d)], sd_ok)
+        keys = jnp.where(fresh, k_new[None, :], keys.astype(dtype))
+        values = _load(v_ref.at[row, head, pl.ds(s0, block_s), pl.ds(0, block_d)], sd_ok)
+        values = jnp.where(fresh, v_new[None, :], values.astype(dtype))
+        allowed = _load(mask_ref.at[row, pl.ds(s0, block_s)], s_ok) != 0
+        scores = jax.lax.dot_general(
+            q,
+            keys,
+            (((1,), (1,)), ((), ())),
+            precision=jax.lax.Precision.HIGHEST,
+            preferred_element_type=f32,
+        )
+        scores = jnp.where(allowed[None, :], scores * scale, _NEG_INF)
+        new_top = jnp.maximum(top, jnp.max(scores, axis=1))
+        p = jnp.exp(scores - new_top[:, None])
+        if s_ok is not None:  # past the cache: no weight at all (masked slots keep qwen2's)
+            p = jnp.where(s_ok[None, :], p, 0.0)
+        alpha = jnp.exp(top - new_top)
+        pv = jax.lax.dot_general(
+            p.astype(dtype),
+            values,
+            (((1,), (0,)), ((), ())),
+            precision=jax.lax.Precision.HIGHEST,
+            preferred_element_type=f32,
+        )
+        return new_top, alpha * total + jnp.sum(p, axis=1), alpha[:, None] * acc + pv
+
+    top0 = jnp.full((block_g,), _NEG_INF, f32)
+    total0 = jnp.zeros((block_g,), f32)
+    acc0 = jnp.zeros((block_g, block_d), f32)
+    top, total, acc = jax.lax.fori_loop(0, chunks, step, (top0, total0, acc0))
+    if splits == 1:
+        (out_ref,) = out_refs
+        out = (acc / total[:, None]).astype(out_ref.dtype)
+        plgpu.store(out_ref.at[row, head, pl.ds(0, block_g), pl.ds(0, block_d)], out, mask=gd_ok)
+    else:
+        top_ref, total_ref, acc_ref = out_refs
+        plgpu.store(top_ref.at[row, head, split, :], top)
+        plgpu.store(total_ref.at[row, head, split, :], total)
+        plgpu.store(acc_ref.at[row, head, split, :, :], acc)
+
+
+def _combine_kernel(
+    top_ref: Ref,
+    total_ref: Ref,
+    acc_ref: Ref,
+    out_ref: Ref,
+    *,
+    group: int,
+    head_dim: int,
+    splits: int,
+    block_g: int,
+    block_d: int,
+) -> None:
+    """Merge the splits' softmax partials (max, sum, unnormalised output) of one KV head."""
+    row, head = pl.program_id(0), pl.program_id(1)
+    block_p = _pow2(splits)
+    p_ok = (jnp.arange(block_p) < splits)[:, None] if block_p != splits else None
+    tops = _load(top_ref.at[row, head, pl.ds(0, block_p), :], p_ok, _NEG_INF)  # [P, G]
+    totals = _load(total_ref.at[row, head, pl.ds(0, block_p), :], p_ok)
+    top = jnp.max(tops, axis=0)
+    total = jnp.sum(jnp.exp(tops - top[None, :]) * totals, axis=0)
+
+    def step(p: jax.Array, out: jax.Array) -> jax.Array:
+        weight = jnp.exp(top_ref[row, head, p, :] - top)
+        return out + weight[:, None] * acc_ref[row, head, p, :, :]
+
+    out = jax.lax.fori_loop(0, splits, step, jnp.zeros((block_g, block_d), jnp.float32))
+    g_ok = (jnp.arange(block_g) < group)[:, None] if block_g != group else None
+    d_ok = (jnp.arange(block_d) < head_dim)[None, :] if block_d != head_dim else None
+    plgpu.store(
+        out_ref.at[row, head, pl.ds(0, block_g), pl.ds(0, block_d)],
+        (out / total[:, None]).astype(out_ref.dtype),
+        mask=_and(g_ok, d_ok),
+    )
+
+
+def attention(
+    qkv: jax.Array,
+    mask: jax.Array,
+    cache_k: jax.Array,
+    cache_v: jax.Array,
+    index: jax.Array | int,
+    *,
+    block_s: int | None = None,
+    splits: int | None = None,
+    interpret: bool | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One new token per row attends over its cache; its key and value are written at `index`.
+
+    qkv [R, kv_heads, group + 2, head_dim] from `qkv_rope`; mask [R, length] (nonzero = attend);
+    cache_k, cache_v [R, kv_heads, length, head_dim], updated in place (aliased). Returns the
+    attention output [R, heads * head_dim] (heads in q_proj order) and the two caches.
+
+    Same semantics as `qwen2.cached_attention` with T = 1: scores in float32 scaled by
+    1 / sqrt(head_dim), masked slots at a finite minimum (a row with nothing to attend to
+    averages), probabilities in the compute dtype against the values. A program owns one
+    (row, KV head, split of the cache length): all `group` query heads share each key and value
+    tile, read once. With more than one split, a second small kernel merges the splits'
+    online-softmax partials; `splits=None` picks enough splits for ~64 programs.
+    """
+    rows, kv, slots, head_dim = qkv.shape
+    group = slots - 2
+    length = cache_k.shape[2]
+    if block_s is None:
+        block_s = min(64, max(16, _pow2(length)))
+    if block_s < 16 or block_s & (block_s - 1):
+        raise ValueError(f"block_s={block_s} must be a power of two >= 16")
+    n_chunks = _cdiv(length, block_s)
+    if splits is None:
+        splits = max(1, min(n_chunks, _cdiv(_ATTENTION_PROGRAMS, rows * kv)))
+    chunks = _cdiv(n_chunks, max(1, min(splits, n_chunks)))
+    splits = _cdiv(n_chunks, chunks)
+    block_g = max(16, _pow2(group))  # the dot products need 16 rows, 16 columns
+    block_d = max(16, _pow2(head_dim))
+    interpret = _interpret(interpret)
+    index = jnp.asarray(index, jnp.int32).reshape(1)
+    dims = {"group": group, "head_dim": head_dim, "block_g": block_g, "block_d": block_d}
+    out_shape = jax.ShapeDtypeStruct((rows, kv, group, head_dim), qkv.dtype)
+    if splits == 1:
+        partial_shapes = [out_shape]
+    else:
+        partial_shapes = [
+            jax.ShapeDtypeStruct((rows, kv, splits, block_g), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv, splits, block_g), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv, splits, block_g, block_d), jnp.float32),
+        ]
+    kernel = functools.partial(
+        _attention_kernel, length=length, block_s=block_s, chunks=chunks, splits=splits, **dims
+    )
+    new_k, new_v, *partials = pl.pallas_call(
+        kernel,
+        out_shape=[
+            jax.ShapeDtypeStruct(cache_k.shape, cache_k.dtype),
+            jax.ShapeDtypeStruct(cache_v.shape, cache_v.dtype),
+            *partial_shapes,
+        ],
+        grid=(rows, kv, splits),
+        input_output_aliases={3: 0, 4: 1},
+        interpret=interpret,
+        name="decode_attention",
+        compiler_params=_params(),
+    )(qkv, mask.astype(jnp.int32), index, cache_k, cache_v)
+    if splits == 1:
+        (out,) = partials
+    else:
+        out = pl.pallas_call(
+            functools.partial(_combine_kernel, splits=splits, **dims),
+            out_shape=out_shape,
+            grid=(rows, kv),
+            interpret=interpret,
+            name="decode_attention_combine",
+            compiler_params=_params(),
+        )(*partials)
+    return out.reshape(rows, kv * group * head_dim), new_k, new_v

@@ -1,0 +1,257 @@
+"""The Pallas decode kernels (interpreted on CPU) against plain jnp, and the decode paths they
+serve against the XLA ones."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from learner import decode_kernels as dk
+from learner import qwen2
+from learner import sampler as S
+
+from .conftest import random_tiny_model
+
+EPS = 1e-6
+
+
+def _normal(rng: np.random.Generator, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
+    return jnp.asarray(rng.standard_normal(shape), dtype)
+
+
+def _close(got: jax.Array, want: jax.Array, tol: float) -> None:
+    np.testing.assert_allclose(
+        np.asarray(got, np.float32), np.asarray(want, np.float32), atol=tol, rtol=tol
+    )
+
+
+# Shapes that no block divides (37 outputs, 100 inputs), forced small blocks (so the loop over
+# the contracted dimension runs several steps with a ragged last one), and several token rows.
+@pytest.mark.parametrize(
+    "rows, block_n, block_k", [(1, None, None), (3, 8, 32), (2, 4, 64)], ids=str
+)
+def test_matvec_residual(rows: int, block_n: int | None, block_k: int | None) -> None:
+    rng = np.random.default_rng(rows)
+    x, w, res = _normal(rng, (rows, 100)), _normal(rng, (37, 100)), _normal(rng, (rows, 37))
+    got = dk.matvec_residual(x, w, res, block_n=block_n, block_k=block_k)
+    assert got.shape == (rows, 37) and got.dtype == jnp.float32
+    _close(got, res + x @ w.T, 1e-5)
+
+
+def test_matvec_residual_bf16_rounds_like_xla() -> None:
+    rng = np.random.default_rng(7)
+    bf16 = jnp.bfloat16
+    x, w, res = (
+        _normal(rng, (2, 96), bf16),
+        _normal(rng, (50, 96), bf16),
+        _normal(rng, (2, 50), bf16),
+    )
+    got = dk.matvec_residual(x, w, res, block_k=32)
+    want = res + jnp.einsum("rk,nk->rn", x, w, preferred_element_type=jnp.float32).astype(bf16)
+    assert got.dtype == bf16
+    _close(got, want, 3e-2)
+
+
+@pytest.mark.parametrize("rows, block_n, block_k", [(1, None, None), (3, 8, 16)], ids=str)
+def test_gate_up_silu(rows: int, block_n: int | None, block_k: int | None) -> None:
+    rng = np.random.default_rng(10 + rows)
+    x, w = _normal(rng, (rows, 72)), 0.2 * _normal(rng, (2, 45, 72))
+    got = dk.gate_up_silu(x, w, eps=EPS, block_n=block_n, block_k=block_k)
+    gate_up = jnp.einsum("rk,cnk->rcn", x, w) * qwen2.inverse_rms(x, EPS)[:, :, None]
+    _close(got, jax.nn.silu(gate_up[:, 0]) * gate_up[:, 1], 1e-5)
+
+
+def _qkv_reference(x, w, bias, sin, cos):
+    """`qwen2._fused_layer`'s projection and rotation for one token per row."""
+    rows = x.shape[0]
+    kv, slots, d, _ = w.shape
+    y = jnp.einsum("rm,kjdm->rkjd", x, w) * qwen2.inverse_rms(x, EPS)[:, :, None, None] + bias
+    qk = y[:, :, : slots - 1].reshape(rows, 1, kv * (slots - 1), d)
+    qk = qwen2.apply_rope(qk, sin[:, None], cos[:, None]).reshape(rows, kv, slots - 1, d)
+    return jnp.concatenate([qk, y[:, :, slots - 1 :]], axis=2)
+
+
+@pytest.mark.parametrize(
+    "rows, kv, group, head_dim, block_j, block_k",
+    [(1, 2, 2, 16, None, None), (3, 2, 3, 12, 4, 32), (2, 1, 1, 8, None, 16)],
+    ids=str,
+)
+def test_qkv_rope(rows, kv, group, head_dim, block_j, block_k) -> None:
+    rng = np.random.default_rng(head_dim)
+    hidden = 40
+    x = _normal(rng, (rows, hidden))
+    w = 0.3 * _normal(rng, (kv, group + 2, head_dim, hidden))
+    bias = _normal(rng, (kv, group + 2, head_dim))
+    positions = jnp.asarray(rng.integers(0, 300, (rows, 1)))
+    sin, cos = qwen2.rope_angles(positions, head_dim, 10000.0)
+    sin, cos = sin[:, 0], cos[:, 0]
+    got = dk.qkv_rope(x, w, bias, sin, cos, eps=EPS, block_j=block_j, block_k=block_k)
+    assert got.shape == (rows, kv, group + 2, head_dim)
+    _close(got, _qkv_reference(x, w, bias, sin, cos), 1e-5)
+
+
+@pytest.mark.parametrize(
+    "rows, kv, group, head_dim, length, block_s, splits",
+    [
+        (1, 2, 2, 16, 16, None, None),  # one program per KV head, no combine
+        (3, 2, 3, 12, 40, 16, 2),  # ragged cache, split in two, head_dim and group padded
+        (2, 1, 4, 16, 64, 16, 3),  # three splits over four chunks: the last split is short
+    ],
+    ids=str,
+)
+def test_attention_equals_cached_attention(rows, kv, group, head_dim, length, block_s, splits):
+    rng = np.random.default_rng(length)
+    qkv = _normal(rng, (rows, kv, group + 2, head_dim))
+    cache_k, cache_v = (_normal(rng, (rows, kv, length, head_dim)) for _ in range(2))
+    index = length // 2 + 1
+    starts = jnp.asarray(rng.integers(0, index, rows))  # left padding: slots before are masked
+    slots = jnp.arange(length)
+    mask = (slots[None, :] >= starts[:, None]) & (slots[None, :] <= index)
+    got, new_k, new_v = dk.attention(
+        qkv, mask, cache_k, cache_v, jnp.int32(index), block_s=block_s, splits=splits
+    )
+    q = qkv[:, :, :group].reshape(rows, 1, kv * group, head_dim)
+    want, cache = qwen2.cached_attention(
+        q,
+        qkv[:, None, :, group],
+        qkv[:, None, :, group + 1],
+        mask[:, None, :],
+        qwen2.LayerCache(cache_k, cache_v),
+        index,
+    )
+    _close(got, want.reshape(rows, -1), 1e-5)
+    np.testing.assert_array_equal(np.asarray(new_k), np.asarray(cache.k))
+    np.testing.assert_array_equal(np.asarray(new_v), np.asarray(cache.v))
+
+
+# --------------------------------------------------------------------------------------------
+# The decode paths
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model() -> qwen2.Qwen2:
+    return random_tiny_model(tied=True, seed=5)
+
+
+@pytest.fixture(scope="module")
+def model_bf16() -> qwen2.Qwen2:
+    return random_tiny_model(tied=True, seed=5, dtype="bfloat16")
+
+
+def _step(graphdef, state, tokens, positions, mask, cache, index, kernels):
+    model = nnx.merge(graphdef, state)
+    weights = qwen2.fuse_decode_weights(model)
+    return qwen2.fused_decode(model.config, weights, tokens, positions, mask, cache, index, kernels)
+
+
+_step = jax.jit(_step, static_argnums=(0, 7))
+
+
+@pytest.mark.parametrize(
+    "new_tokens, dtype, tol",
+    [(1, "float32", 2e-4), (2, "float32", 2e-4), (1, "bfloat16", 0.1)],
+    ids=["pallas", "two-tokens-fall-back-to-xla", "pallas-bf16"],
+)
+def test_fused_decode_pallas_equals_xla(
+    request: pytest.FixtureRequest, new_tokens: int, dtype: str, tol: float
+) -> None:
+    """One decode call on a random cache with left-padded rows: the logits and both caches of
+    the Pallas layers are the XLA layers' (to float32 rounding; bf16 rounds in other places)."""
+    model = request.getfixturevalue("model" if dtype == "float32" else "model_bf16")
+    cfg = model.config
+    graphdef, state = nnx.split(model)
+    rng = np.random.default_rng(new_tokens)
+    batch, length, index = 3, 24, 9
+    shape = (batch, cfg.num_kv_heads, length, cfg.head_dim)
+    cache = tuple(
+        qwen2.LayerCache(
+            _normal(rng, shape, cfg.compute_dtype), _normal(rng, shape, cfg.compute_dtype)
+        )
+        for _ in range(cfg.num_layers)
+    )
+    tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (batch, new_tokens)), jnp.int32)
+    starts = jnp.asarray([0, 3, 5])
+    positions = index - starts[:, None] + jnp.arange(new_tokens)[None, :]
+    slots = jnp.arange(length)
+    upto = slots[None, None, :] <= index + jnp.arange(new_tokens)[None, :, None]
+    mask = upto & (slots[None, None, :] >= starts[:, None, None])
+    args = (graphdef, state, tokens, positions, mask, cache, jnp.int32(index))
+    logits, new_cache = _step(*args, "pallas")
+    ref_logits, ref_cache = _step(*args, "xla")
+    assert logits.shape == (batch, new_tokens, cfg.vocab_size) and logits.dtype == jnp.float32
+    _close(logits, ref_logits, tol)
+    for ours, theirs in zip(jax.tree.leaves(new_cache), jax.tree.leaves(ref_cache), strict=True):
+        assert ours.dtype == theirs.dtype
+        _close(ours, theirs, tol / 2)
+
+
+def test_sampler_pallas_greedy_tokens_equal_xla(model: qwen2.Qwen2) -> None:
+    prompts = [[5, 17, 99, 3, 64, 12, 7], [42], [8, 9, 10, 11]]
+    params = S.SamplingParams(max_new_tokens=6, temperature=0.0)
+    xla = S.Sampler(model, prompt_bucket=8, chunk=4).generate(prompts, params)
+    pallas = S.Sampler(model, prompt_bucket=8, chunk=4, decode_kernels="pallas").generate(
+        prompts, params
+    )
+    assert [c.tokens for c in pallas] == [c.tokens for c in xla]
+    assert len({tuple(c.tokens) for c in xla}) == len(prompts)  # not degenerate
+    np.testing.assert_allclose([c.logprobs for c in pallas], [c.logprobs for c in xla], atol=1e-4)
+
+
+def test_bad_decode_kernels_raise(model: qwen2.Qwen2) -> None:
+    with pytest.raises(ValueError, match="decode kernels must be one of"):
+        S.Sampler(model, decode_kernels="triton")
+    with pytest.raises(ValueError, match="need the fused decode path"):
+        S.Sampler(model, fused_decode=False, decode_kernels="pallas")
+    cfg = model.config
+    cache = qwen2.init_cache(cfg, 1, 8)
+    with pytest.raises(ValueError, match="decode kernels must be one of"):
+        qwen2.fused_decode(
+            cfg,
+            qwen2.fuse_decode_weights(model),
+            jnp.zeros((1, 1), jnp.int32),
+            jnp.zeros((1, 1), jnp.int32),
+            jnp.ones((1, 1, 8), bool),
+            cache,
+            0,
+            kernels="cuda",
+        )
+
+
+def test_kernels_lower_to_triton_for_the_real_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 0.5B layer shapes (two layers, bf16, batch 1) lower to Triton IR for a CUDA GPU from
+    shapes alone: block sizes are powers of two, every primitive has a Triton lowering, the
+    caches are updated in place. (PTX compilation and speed need the GPU.)"""
+    hf = {**qwen2.PRESETS["qwen2.5-0.5b"], "num_hidden_layers": 2}
+    cfg = qwen2.Qwen2Config.from_hf(hf, param_dtype="bfloat16", dtype="bfloat16")
+    graphdef, state = nnx.split(qwen2.abstract(cfg))
+    batch, length = 1, 1536
+    kv = jax.ShapeDtypeStruct((batch, cfg.num_kv_heads, length, cfg.head_dim), jnp.bfloat16)
+    cache = tuple(qwen2.LayerCache(kv, kv) for _ in range(cfg.num_layers))
+
+    def step(state, tokens, positions, mask, cache, index):
+        model = nnx.merge(graphdef, state)
+        weights = qwen2.fuse_decode_weights(model)
+        return qwen2.fused_decode(cfg, weights, tokens, positions, mask, cache, index, "pallas")
+
+    monkeypatch.setattr(dk, "_interpret", lambda interpret: False)  # as on the GPU
+    text = (
+        jax.jit(step)
+        .trace(
+            state,
+            jax.ShapeDtypeStruct((batch, 1), jnp.int32),
+            jax.ShapeDtypeStruct((batch, 1), jnp.int32),
+            jax.ShapeDtypeStruct((batch, 1, length), jnp.bool_),
+            cache,
+            jax.ShapeDtypeStruct((), jnp.int32),
+        )
+        .lower(lowering_platforms=("cuda",))
+        .as_text()
+    )
+    calls = [line for line in text.splitlines() if "__gpu$xla.gpu.triton" in line]
+    # per layer: qkv, attention (split over the cache), combine, o_proj, gate_up, down
+    assert len(calls) == 6 * cfg.num_layers
+    assert sum("output_operand_alias" in line for line in calls) == cfg.num_layers
