@@ -18,6 +18,8 @@ from ..codegen import (
     KernelBuilder,
     Module,
     Tile,
+    compensated_add,
+    compensated_start,
     describe,
     group_ops,
     kernel_label,
@@ -37,22 +39,6 @@ _INIT = {
 Load = Callable[[str], str]  # emits the input load with a masked-lane value, returns the register
 
 
-def _compensated_sum_start(k: KernelBuilder, tile: str) -> None:
-    k.line(
-        f"acc = tl.zeros({tile}, dtype=tl.float32)  # per-lane partial sums",
-        f"carry = tl.zeros({tile}, dtype=tl.float32)  # what each lane's rounding lost (Kahan)",
-    )
-
-
-def _compensated_add(k: KernelBuilder, term: str) -> None:
-    k.line(
-        f"term = {term} - carry",
-        "summed = acc + term",
-        "carry = (summed - acc) - term",
-        "acc = summed",
-    )
-
-
 def _accumulate(k: KernelBuilder, kind: str, layout: RowLayout | ColumnLayout, load: Load) -> str:
     """Emit the reduction loop(s); return the expression of the reduced value.
 
@@ -62,11 +48,11 @@ def _accumulate(k: KernelBuilder, kind: str, layout: RowLayout | ColumnLayout, l
     """
     axis, tile, length = layout.axis, layout.tile, layout.length
     if kind in ("sum", "mean", "norm", "var"):
-        _compensated_sum_start(k, tile)
+        compensated_start(k, tile)
         with k.block(layout.loop()):
             layout.chunk(k)
             x = load("0.0")
-            _compensated_add(k, f"{x} * {x}" if kind == "norm" else x)
+            compensated_add(k, f"{x} * {x}" if kind == "norm" else x)
         k.line(f"total = tl.sum(acc - carry, axis={axis})")
         if kind == "sum":
             return "total"
@@ -75,12 +61,12 @@ def _accumulate(k: KernelBuilder, kind: str, layout: RowLayout | ColumnLayout, l
         k.line(f"mean = total / {length}")
         if kind == "mean":
             return "mean"
-        _compensated_sum_start(k, tile)
+        compensated_start(k, tile)
         with k.block(layout.loop()):
             layout.chunk(k)
             x = load("0.0")
             k.line(f"diff = tl.where(mask, {x} - {layout.expand('mean')}, 0.0)")
-            _compensated_add(k, "diff * diff")
+            compensated_add(k, "diff * diff")
         return f"tl.sum(acc - carry, axis={axis}) / ({length} - CORRECTION)"
     init = _INIT[kind]
     if kind in ("max", "min"):
