@@ -427,8 +427,12 @@ NOT_IN_JOB_SUM = frozenset({"queue", "timed_loops"})
 
 
 def other_seconds(stages: dict[str, float], elapsed_s: float) -> float:
-    """The job's time that no stage accounts for (bookkeeping, files, the reaper's start)."""
-    return max(0.0, elapsed_s - sum(v for k, v in stages.items() if k not in NOT_IN_JOB_SUM))
+    """The job's time that no stage accounts for (bookkeeping, files, the reaper's start).
+
+    Dotted stages (`run.exchange`, `rounding.float64`) are parts of another stage's time.
+    """
+    counted = (v for k, v in stages.items() if k not in NOT_IN_JOB_SUM and "." not in k)
+    return max(0.0, elapsed_s - sum(counted))
 
 
 def cpu_times() -> tuple[float, float]:

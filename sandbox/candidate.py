@@ -80,6 +80,7 @@ class Harness:
         self.job_dir = job_dir
         self.entry: Any = None
         self.seq: int | None = None  # of the command being served
+        self.received = 0.0  # when it came (perf_counter), for the grader's stage accounting
         self.staged: list[Any] = []
         self.timed: dict[str, Any] = {}
         self.clock = None
@@ -286,8 +287,10 @@ class Harness:
         tampered = None
         try:
             with call:
+                called = time.perf_counter()
                 result = self._call(inputs)
                 self._sync()
+                call_s = time.perf_counter() - called
                 tampered = self.guard.intact(call.poison)
         except BaseException as error:  # noqa: BLE001 - reported, judged by the grader
             if isinstance(error, SystemExit | KeyboardInterrupt):
@@ -310,6 +313,9 @@ class Harness:
         tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
         input_ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
         outputs = []
+        # The grader's buffers, kept until the copies into them are done: letting go of a
+        # shared buffer waits for the device, once for all of them after `_settle`.
+        targets = []
         for value, spec in zip(result, msg["outputs"], strict=False):
             info: dict[str, Any] = {"type": type(value).__name__, "written": False}
             if type(value) is not torch.Tensor:
@@ -322,15 +328,26 @@ class Harness:
             )
             if info["shape"] == spec["shape"] and info["dtype"] == spec["dtype"]:
                 if value.numel():
-                    self._copy(self._tensor(spec, shared=True), value.detach())
+                    targets.append(self._tensor(spec, shared=True))
+                    self._copy(targets[-1], value.detach())
                 info["written"] = True
             outputs.append(info)
         # The inputs as the candidate left them: the grader compares them itself.
         for now, spec in zip(inputs, msg.get("inputs_after", []), strict=False):
             if isinstance(now, torch.Tensor) and now.numel() and list(now.shape) == spec["shape"]:
-                self._copy(self._tensor(spec, shared=True), now.detach())
+                targets.append(self._tensor(spec, shared=True))
+                self._copy(targets[-1], now.detach())
         self._settle()
-        self.reply(ok=True, launches=launches, count=len(result), outputs=outputs)
+        del targets
+        self.reply(
+            ok=True,
+            launches=launches,
+            count=len(result),
+            outputs=outputs,
+            # As this process measured them, for the grader's stage accounting only.
+            call_s=call_s,
+            harness_s=time.perf_counter() - self.received,
+        )
 
     def time(self, msg: dict[str, Any]) -> None:
         from sandbox.timing import time_cuda, time_wall
@@ -366,6 +383,7 @@ class Harness:
 
     def fetch(self, msg: dict[str, Any]) -> None:
         """Write the outputs of the last call of each timed loop into the grader's files."""
+        targets = []  # held until the copies are done (see `run`)
         for slot, specs in msg["outputs"].items():
             result = self.timed.get(slot, [])
             if isinstance(result, self.torch.Tensor):
@@ -378,8 +396,10 @@ class Harness:
                     and list(value.shape) == spec["shape"]
                     and value.numel()
                 ):
-                    self._copy(self._tensor(spec, shared=True), value.detach())
+                    targets.append(self._tensor(spec, shared=True))
+                    self._copy(targets[-1], value.detach())
         self._settle()
+        del targets
         self.reply(ok=True)
 
     def memory(self, msg: dict[str, Any]) -> None:
@@ -413,6 +433,7 @@ class Harness:
                 msg = self.conn.recv()
             except EOFError:
                 return
+            self.received = time.perf_counter()
             if msg["cmd"] == "exit":
                 return
             self.seq = msg.get("seq")

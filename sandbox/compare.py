@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +19,10 @@ class Comparison:
     out_of_tolerance: bool = False  # failed by finite values alone (not shape, dtype, NaN)
 
 
-# Elements compared at a time: bounds the float64 temporaries for GiB-sized outputs.
-CHUNK_ELEMENTS = 1 << 24
+# Elements compared at a time: bounds the temporaries for GiB-sized outputs to 28 bytes an
+# element of one chunk (both sides in float64, their differences, tolerances and a few
+# masks): 224 MiB, however large the output.
+CHUNK_ELEMENTS = 1 << 23
 # The float32 reference's own rounding error, widened into extra absolute tolerance
 # (`rounding_noise`): a kernel as accurate as PyTorch differs from PyTorch's answer by up to
 # about twice PyTorch's error, and by a Gaussian tail's worth more over many elements.
@@ -33,46 +36,156 @@ NOISE_SAMPLE = 1 << 20
 NOISE_CAP = 1e-3
 
 
-def compare_tensor(
-    expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float
-) -> Comparison:
-    """allclose semantics, plus exact agreement on where the reference is NaN or Inf.
+def _blocks(shape: tuple[int, ...], limit: int) -> Iterator[tuple[int | slice, ...]]:
+    """Indexes that cut a tensor of `shape` into consecutive blocks (in C order) of at most
+    `limit` elements along its leading dimensions. From the shape alone: two tensors of
+    one shape are cut alike, whatever their strides."""
+    if not shape:
+        yield ()
+        return
+    inner = math.prod(shape[1:])
+    if inner <= limit:
+        rows = max(1, limit // max(inner, 1))
+        for start in range(0, shape[0], rows):
+            yield (slice(start, start + rows),)
+        return
+    for row in range(shape[0]):
+        for rest in _blocks(shape[1:], limit):
+            yield (row, *rest)
 
-    Runs on the reference's device (the GPU when there is one), chunk by chunk.
+
+def pieces(*tensors: torch.Tensor) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Tensors of one shape, flattened together in pieces of at most CHUNK_ELEMENTS.
+
+    A piece of a contiguous tensor is a view; of another, a copy of that piece alone
+    (`reshape(-1)` of the whole tensor would copy all of it).
     """
+    for index in _blocks(tuple(tensors[0].shape), CHUNK_ELEMENTS):
+        yield tuple(t.detach()[index].reshape(-1) for t in tensors)
+
+
+def host_values(values: Sequence[torch.Tensor]) -> list[float]:
+    """The elements of these device tensors (scalars, mostly) as floats, in one read per device.
+
+    A read from a GPU waits for all the work queued before it, and beside other processes'
+    busy contexts that wait can last one of their time slices: the grader gathers what it
+    must know of a candidate's call and reads it at once.
+    """
+    flat = [v.detach().reshape(-1).to(torch.float64) for v in values]
+    by_device: dict[torch.device, list[int]] = {}
+    for i, v in enumerate(flat):
+        by_device.setdefault(v.device, []).append(i)
+    read: list[list[float]] = [[] for _ in flat]
+    for indices in by_device.values():
+        joined = torch.cat([flat[i] for i in indices]).cpu().tolist()
+        start = 0
+        for i in indices:
+            read[i] = joined[start : start + flat[i].numel()]
+            start += flat[i].numel()
+    return [x for v in read for x in v]
+
+
+def differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Whether `b` differs anywhere from `a` (`not torch.equal(a, b)`: NaN differs from NaN),
+    as a device scalar (read with `host_values`), chunk by chunk: no temporary the size of
+    the tensors."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return torch.ones((), dtype=torch.bool, device=a.device)
+    found = torch.zeros((), dtype=torch.bool, device=a.device)
+    for x, y in pieces(a, b):
+        found |= (x != y.to(x.device)).any()
+    return found
+
+
+def nonfinite(tensor: torch.Tensor) -> torch.Tensor:
+    """How many NaN and Inf values `tensor` holds, as a device scalar (`host_values`),
+    counted chunk by chunk."""
+    count = torch.zeros((), dtype=torch.int64, device=tensor.device)
+    if tensor.is_floating_point() or tensor.is_complex():
+        for (piece,) in pieces(tensor):
+            count += (~torch.isfinite(piece)).sum()
+    return count
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A comparison queued on the device, its figures not read back yet (`conclude`)."""
+
+    decided: Comparison | None  # known without the device: shape, dtype, nothing to compare
+    # NaN/Inf pattern differs, mismatched, bad finite, max abs error, max rel error
+    figures: torch.Tensor | None
+    numel: int = 0
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+FIGURES = 5  # the length of `Pending.figures`
+
+
+def measure(expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float) -> Pending:
+    """`compare_tensor`'s work, queued on the reference's device chunk by chunk; its five
+    figures stay there until `conclude` reads them (with those of other comparisons)."""
     if got.shape != expected.shape:
-        return Comparison(False, message=f"shape {list(got.shape)} != {list(expected.shape)}")
+        shapes = f"shape {list(got.shape)} != {list(expected.shape)}"
+        return Pending(Comparison(False, message=shapes), None)
     if got.dtype != expected.dtype:
-        return Comparison(False, message=f"dtype {got.dtype} != {expected.dtype}")
+        return Pending(Comparison(False, message=f"dtype {got.dtype} != {expected.dtype}"), None)
     if expected.numel() == 0:
-        return Comparison(True)
+        return Pending(Comparison(True), None)
     device = expected.device
-    flat_expected = expected.detach().reshape(-1)
-    flat_got = got.detach().reshape(-1)
-    nonfinite_ok = True
-    max_abs = max_rel = 0.0
-    mismatched = bad_finite = 0
-    for start in range(0, flat_expected.numel(), CHUNK_ELEMENTS):
-        exp = flat_expected[start : start + CHUNK_ELEMENTS].to(device, torch.float64)
-        out = flat_got[start : start + CHUNK_ELEMENTS].to(device, torch.float64)
+    pattern_differs = torch.zeros((), dtype=torch.bool, device=device)
+    mismatched = torch.zeros((), dtype=torch.int64, device=device)
+    bad_finite = torch.zeros((), dtype=torch.int64, device=device)
+    max_abs = torch.zeros((), dtype=torch.float64, device=device)
+    max_rel = torch.zeros((), dtype=torch.float64, device=device)
+    for exp_piece, got_piece in pieces(expected, got):
+        # Never changed in place: for a float64 piece on this device `to` is the piece itself.
+        exp = exp_piece.to(device, torch.float64)
+        out = got_piece.to(device, torch.float64)
+        del exp_piece, got_piece  # copies, for a tensor that is not contiguous
         finite = torch.isfinite(exp)
-        infinite = torch.isinf(exp)
-        nonfinite_ok = (
-            nonfinite_ok
-            and bool(torch.equal(torch.isnan(exp), torch.isnan(out)))
-            and bool(torch.equal(exp[infinite], out[infinite]))
-        )
-        bad = finite & ~torch.isfinite(out)
+        # Where the reference is NaN or Inf, the candidate must match it exactly.
+        pattern_differs |= (torch.isnan(exp) != torch.isnan(out)).any()
+        pattern_differs |= (torch.isinf(exp) & (exp != out)).any()
+        both = torch.isfinite(out)
+        bad = finite & ~both
+        both &= finite
         # Errors over the values both sides have finite; the others are counted in `bad`.
-        diff = torch.where(finite & ~bad, (exp - out).abs(), 0.0)
-        tolerance = torch.where(finite, atol + rtol * exp.abs(), 1e300)
-        mismatched += int(((diff > tolerance) | bad).sum())
-        bad_finite += int(bad.sum())
-        max_abs = max(max_abs, float(diff.max()))
-        if bool(finite.any()):
-            rel = diff / exp.abs().clamp_min(1e-12)
-            max_rel = max(max_rel, float(rel[finite].max()))
-    fraction = mismatched / expected.numel()
+        diff = torch.sub(exp, out).abs_().masked_fill_(~both, 0.0)
+        del out, both
+        magnitude = exp.abs()
+        del exp
+        tolerance = magnitude.mul(rtol).add_(atol).masked_fill_(~finite, 1e300)
+        mismatched += ((diff > tolerance) | bad).sum()
+        bad_finite += bad.sum()
+        del tolerance, bad
+        max_abs = torch.maximum(max_abs, diff.max())
+        # Relative errors where the reference is finite (all >= 0, so 0 elsewhere is neutral).
+        rel = torch.div(diff, magnitude.clamp_min_(1e-12), out=magnitude)
+        max_rel = torch.maximum(max_rel, rel.masked_fill_(~finite, 0.0).max())
+        del diff, magnitude, rel, finite  # before the next chunk's
+    figures = torch.stack(
+        [pattern_differs.double(), mismatched.double(), bad_finite.double(), max_abs, max_rel]
+    )
+    return Pending(None, figures, expected.numel(), atol, rtol)
+
+
+def conclude(
+    pending: Sequence[Pending], *extra: torch.Tensor
+) -> tuple[list[Comparison], list[float]]:
+    """The pending comparisons, and the values of `extra` device tensors, from one read."""
+    figures = [p.figures for p in pending if p.figures is not None]
+    values = host_values([*figures, *extra])
+    rows = iter(values[FIGURES * i : FIGURES * (i + 1)] for i in range(len(figures)))
+    comparisons = [p.decided if p.decided is not None else _verdict(p, next(rows)) for p in pending]
+    return comparisons, values[FIGURES * len(figures) :]
+
+
+def _verdict(pending: Pending, figures: list[float]) -> Comparison:
+    pattern_differs, mismatched_count, bad_count, max_abs, max_rel = figures
+    mismatched, bad_finite = int(mismatched_count), int(bad_count)  # exact below 2^53
+    nonfinite_ok = not pattern_differs
+    fraction = mismatched / pending.numel
     passed = mismatched == 0 and nonfinite_ok
     message = ""
     if bad_finite:
@@ -81,11 +194,22 @@ def compare_tensor(
         message = "NaN/Inf pattern differs from the reference"
     elif not passed:
         message = (
-            f"{fraction:.2%} of values outside atol={atol:g} rtol={rtol:g} "
+            f"{fraction:.2%} of values outside atol={pending.atol:g} rtol={pending.rtol:g} "
             f"(max abs error {max_abs:.3g})"
         )
     out_of_tolerance = not passed and nonfinite_ok and not bad_finite
     return Comparison(passed, max_abs, max_rel, fraction, message, out_of_tolerance)
+
+
+def compare_tensor(
+    expected: torch.Tensor, got: torch.Tensor, atol: float, rtol: float
+) -> Comparison:
+    """allclose semantics, plus exact agreement on where the reference is NaN or Inf.
+
+    Runs on the reference's device (the GPU when there is one), chunk by chunk, and reads
+    its figures back once.
+    """
+    return conclude([measure(expected, got, atol, rtol)])[0][0]
 
 
 def rounding_noise(approx: torch.Tensor, exact: torch.Tensor) -> float:
@@ -102,14 +226,15 @@ def rounding_noise(approx: torch.Tensor, exact: torch.Tensor) -> float:
     """
     if not approx.is_floating_point() or approx.shape != exact.shape or approx.numel() == 0:
         return 0.0
-    flat_approx, flat_exact = approx.detach().reshape(-1), exact.detach().reshape(-1)
-    numel = flat_exact.numel()
+    numel = exact.numel()
     count = min(numel, NOISE_SAMPLE)
     # Evenly spaced, in integers: float32 positions past 2^24 round, up to one past the end.
-    step = torch.arange(count, device=flat_exact.device, dtype=torch.int64)
+    step = torch.arange(count, device=exact.device, dtype=torch.int64)
     index = step * (numel - 1) // max(count - 1, 1)
-    sample_exact = flat_exact[index].to(torch.float64)
-    sample_approx = flat_approx[index.to(flat_approx.device)].to(sample_exact.device, torch.float64)
+    # `take` indexes in C order whatever the strides: no flat copy of a whole tensor.
+    sample_exact = torch.take(exact.detach(), index).to(torch.float64)
+    sample_approx = torch.take(approx.detach(), index.to(approx.device))
+    sample_approx = sample_approx.to(sample_exact.device, torch.float64)
     finite = torch.isfinite(sample_exact) & torch.isfinite(sample_approx)
     if not bool(finite.any()):
         return 0.0

@@ -155,16 +155,35 @@ class _Span:
 
 class _Usage:
     """Bytes of the buffers this process created and holds, and their peak: what PyTorch's
-    allocator statistics cannot see (the grader's share of a job's GPU memory)."""
+    allocator statistics cannot see (the grader's share of a job's GPU memory).
+
+    With `with_allocator` (`track_with_allocator`), also the most that PyTorch's allocator
+    and these buffers held at one moment: the buffers' bytes change only here, so before
+    each change the allocator's peak since the previous one is added to the bytes the
+    buffers held meanwhile, and the allocator's peak restarts.
+    """
 
     live = 0
     peak = 0
+    with_allocator = False
+    together = 0  # the most of allocator + buffers at one moment
+    allocated = 0  # the allocator's own peak (its statistics restart at every change)
 
     @classmethod
     def add(cls, nbytes: int) -> None:
         with _lock:
+            if cls.with_allocator:
+                cls._fold()
             cls.live += nbytes
             cls.peak = max(cls.peak, cls.live)
+
+    @classmethod
+    def _fold(cls) -> None:
+        """Take the allocator's peak so far into `together` and `allocated`; restart it."""
+        allocator_peak = torch.cuda.max_memory_allocated()
+        cls.together = max(cls.together, allocator_peak + cls.live)
+        cls.allocated = max(cls.allocated, allocator_peak)
+        torch.cuda.reset_peak_memory_stats()
 
 
 def created_bytes_peak(reset: bool = False) -> int:
@@ -174,6 +193,26 @@ def created_bytes_peak(reset: bool = False) -> int:
         if reset:
             _Usage.peak = _Usage.live
     return peak
+
+
+def track_with_allocator() -> None:
+    """Follow PyTorch's allocator together with the created buffers (`held_bytes_peak`);
+    from then on nothing else may rely on the allocator's peak statistics."""
+    with _lock:
+        _Usage.with_allocator = True
+        _Usage._fold()
+
+
+def held_bytes_peak(reset: bool = False) -> tuple[int, int]:
+    """Since the last reset: the most bytes PyTorch's allocator and the created buffers
+    held at one moment, and the most the allocator held (`track_with_allocator` first)."""
+    with _lock:
+        _Usage._fold()
+        peaks = _Usage.together, _Usage.allocated
+        if reset:
+            _Usage.together = _Usage.allocated = 0
+            _Usage._fold()
+    return peaks
 
 
 class SharedBuffer:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import resource
 import stat
@@ -185,7 +186,7 @@ def enter_jail(job_dir: str, processes: int, scratch_mb: int = 256) -> list[str]
         if os.path.exists(path) and _bind(libc, path, path):
             _set_readonly(libc, path, True, recursive=True)
     resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-    if candidate_uid() == NOBODY:
+    if candidate_uid.__wrapped__() == NOBODY:  # decided afresh, inside the jail
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
@@ -194,8 +195,14 @@ def enter_jail(job_dir: str, processes: int, scratch_mb: int = 256) -> list[str]
     return missing
 
 
+@functools.cache
 def candidate_uid() -> int:
-    """The user candidates run as: nobody where it can read the runtime, else ours."""
+    """The user candidates run as: nobody where it can read the runtime, else ours.
+
+    Decided once per process: it stats every directory above the runtime, and every file
+    handed to a candidate asks (a few per candidate call when tensors go through files,
+    one per file of the Triton cache each candidate starts from).
+    """
     if os.geteuid() == 0 and readable_by_nobody(runtime_paths()):
         return NOBODY
     return os.geteuid()
