@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sandbox.gpu_gate import GpuGate
 
@@ -16,7 +20,9 @@ CONTEXT = multiprocessing.get_context("spawn")  # the test process may run threa
 
 def _hold(directory: str, kind: str, seconds: float, ready: Any) -> None:
     gate = GpuGate(directory)
-    with gate.shared() if kind == "shared" else gate.exclusive():
+    with gate.shared() if kind != "exclusive" else gate.exclusive() as hold:
+        if kind == "overrun":  # a call past its lease: the gate goes, the GPU stays busy
+            hold.overrun()
         ready.set()
         time.sleep(seconds)
 
@@ -53,8 +59,9 @@ def test_readers_share_the_gate(tmp_path: Path) -> None:
 def test_a_timed_loop_waits_for_readers_and_readers_wait_for_it(tmp_path: Path) -> None:
     gate = GpuGate(str(tmp_path))
     reader = _holder(tmp_path, "shared", seconds=0.6)
-    with gate.exclusive() as waited:
-        assert waited >= 0.3  # the reader held it
+    with gate.exclusive() as hold:
+        assert hold.waited_s >= 0.3  # the reader held it
+        assert hold.quiet and hold.overrun_wait_s < 0.3
     reader.join()
     writer = _holder(tmp_path, "exclusive", seconds=0.6)
     started = time.monotonic()
@@ -101,3 +108,75 @@ def test_a_dead_holder_does_not_wedge_the_gate(tmp_path: Path) -> None:
     started = time.monotonic()
     with GpuGate(str(tmp_path)).exclusive():
         assert time.monotonic() - started < 1
+
+
+def test_a_timed_loop_waits_for_calls_running_past_their_lease(tmp_path: Path) -> None:
+    """An overrunning call gives the gate up but still runs on the GPU: timing waits."""
+    overrun = _holder(tmp_path, "overrun", seconds=0.8)
+    started = time.monotonic()
+    with GpuGate(str(tmp_path)).exclusive(quiet_within=10) as hold:
+        assert hold.waited_s < 0.3  # the gate itself was free
+        assert hold.overrun_wait_s >= 0.3 and hold.quiet
+        assert time.monotonic() - started < 5
+    overrun.join()
+
+
+def test_the_wait_for_overruns_is_bounded_and_readers_pass(tmp_path: Path) -> None:
+    overrun = _holder(tmp_path, "overrun", seconds=30)
+    gate = GpuGate(str(tmp_path))
+    started = time.monotonic()
+    with gate.shared() as hold:  # correctness work is not held up by an overrun
+        assert hold.waited_s < 0.3
+    with gate.exclusive(quiet_within=0.3) as timed:
+        assert not timed.quiet
+        assert 0.3 <= timed.overrun_wait_s < 2
+    with gate.exclusive() as untimed:  # no bound given: looked at once, no wait
+        assert not untimed.quiet and untimed.overrun_wait_s < 0.1
+    assert time.monotonic() - started < 5
+    overrun.terminate()
+    overrun.join()
+    with gate.exclusive(quiet_within=5) as after:  # a dead holder's mark goes with it
+        assert after.quiet and after.overrun_wait_s < 1
+
+
+def test_a_graders_call_past_its_lease_marks_the_gpu_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grader's lease hands the gate over as an overrun, for as long as the call runs."""
+    import sandbox.grader
+    from sandbox.config import SandboxConfig
+    from sandbox.grader import Grader, Job
+    from tests.sandbox.conftest import GOOD_RELU, RELU_PROBLEM
+
+    monkeypatch.setattr(sandbox.grader, "SHARED_LEASE_S", 0.05)
+    slow = GOOD_RELU.replace(
+        "def triton_fused_operator(tensor_0):\n",
+        "def triton_fused_operator(tensor_0):\n    import time\n    time.sleep(0.4)\n",
+    )
+    grader = Grader(SandboxConfig(device="cpu", job_root=str(tmp_path)), "cpu")
+    grader.gate = GpuGate(str(tmp_path / "gate"))
+    seen_busy = threading.Event()
+    done = threading.Event()
+
+    def watch() -> None:
+        with open(grader.gate.overrun_path, "ab") as overrun:
+            while not done.is_set():
+                try:
+                    fcntl.flock(overrun, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(overrun, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    seen_busy.set()
+                time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = grader.grade(Job(problem=RELU_PROBLEM, candidate=slow, timing=False, trials=2))
+    finally:
+        done.set()
+        watcher.join()
+        grader.close()
+    assert result.correct, result.message
+    assert seen_busy.is_set()
+    with GpuGate(str(tmp_path / "gate")).exclusive(quiet_within=1) as after:
+        assert after.quiet and after.overrun_wait_s < 0.5  # every mark ended with its call
