@@ -167,6 +167,16 @@ def test_a_slow_candidate_is_timed_over_fewer_runs(
     assert result.timing_runs == 2
 
 
+def test_a_slow_baselines_host_check_lasts_about_the_host_loop() -> None:
+    from sandbox.grader import _baseline_host_runs
+    from sandbox.timing import HOST_LOOP_MS
+
+    assert _baseline_host_runs(0.01, 50) == 50  # quick calls: the whole loop, as before
+    assert _baseline_host_runs(HOST_LOOP_MS / 4, 5) == 4
+    assert _baseline_host_runs(2400.0, 5) == 1  # a 2.4 s call: one run, not five
+    assert _baseline_host_runs(0.0, 7) == 7  # no event time: the configured loop
+
+
 def test_speedups_come_from_the_baselines_and_flag_implausible_ones() -> None:
     result = VerifyResult(verdict="correct", candidate_ms=0.5)
     result.apply_baselines(1.0, 2.0, sanity_bound=20.0)
@@ -322,3 +332,51 @@ def test_an_out_of_memory_error_names_the_stage_it_left() -> None:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.99 GiB")
     assert raised.value.__notes__ == ["in the grader's reference stage"]
     assert {"problem", "reference"} <= set(result.stage_seconds)
+
+
+class _HostEvent:
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.at = 0.0
+
+
+def _host_clock() -> Any:
+    """CUDA events stood in for by the host clock: a baseline's timing runs on the CPU."""
+    from sandbox.timing import Clock
+
+    def record(event: _HostEvent) -> None:
+        event.at = time.perf_counter()
+
+    return Clock(
+        event_type=_HostEvent,
+        record=record,
+        elapsed=lambda start, end: (end.at - start.at) * 1e3,
+        synchronize=lambda: None,
+        flush=lambda: None,
+        busy=lambda: None,
+        cycles_per_us=1.0,
+    )
+
+
+def test_a_slow_baseline_is_timed_without_a_long_host_check(tmp_path: Path) -> None:
+    config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5, timing_warmup=1)
+    grader = Grader(config, "cpu")
+    grader.gate = GpuGate(str(tmp_path))
+    grader.clock = _host_clock()
+    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+    calls: list[float] = []
+
+    def slow_relu(x: torch.Tensor) -> list[torch.Tensor]:
+        calls.append(time.monotonic())
+        time.sleep(0.15)  # longer than the host loop (`timing.HOST_LOOP_MS`)
+        return [torch.relu(x)]
+
+    entry.problem.reference_fn = slow_relu
+    result = VerifyResult(verdict="correct")
+    try:
+        grader._measure_baselines(entry, ["eager"], result)
+    finally:
+        grader.close()
+    assert entry.baseline_ms["eager"] == pytest.approx(150, rel=0.3)
+    # Sizing (2 calls), a warm-up and 5 timed runs, then a host check of 1 run (2 calls):
+    # 10 calls, where a host check as long as the event loop made it 14.
+    assert len(calls) == 10
