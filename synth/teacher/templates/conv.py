@@ -6,7 +6,9 @@ channels, so the input positions (and their bounds checks) are computed once per
 kernel offset and reused for every channel block. For a convolution, output o reads
 input i = o * stride - padding + k * dilation; for a transposed convolution, o
 receives i when o + padding - k * dilation = i * stride. Reads outside the input are
-masked to zero, which is also the padding.
+masked to zero, which is also the padding. A strided transposed convolution splits its
+rows by output phase (o mod stride, `_phase_rows`): only 1 in stride kernel offsets per
+dim reaches a phase, and a program skips the others whole.
 
 The reduction (input channels x kernel volume: 17k terms for some 3-D transposed
 convolutions) is accumulated as in `matmul`: each step's `tl.dot` on its own, added to
@@ -14,6 +16,8 @@ the running sum with Kahan compensation, not one FMA chain through all of K.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from ..codegen import (
     Epilogue,
@@ -46,11 +50,49 @@ def _unravel(k: KernelBuilder, flat: str, names: list[str], sizes: list[str], te
         k.line(f"{names[0]} = {flat}")
 
 
+def _phase_rows(k: KernelBuilder, axes: list[str]) -> None:
+    """Rows of a strided transposed convolution: one output phase a program.
+
+    Output o = q * STRIDE + r, r in [0, STRIDE) per dim: for a fixed r, whether kernel
+    offset k reaches o is the same for every q, so a program's row tile holds one
+    phase and skips the offsets that miss it (1 in STRIDE per dim is kept). In
+    `program_id(0)` the phase varies fastest: neighbouring programs take the same
+    block of q in every phase, and read the same inputs. Every phase lays its q out
+    over cdiv(out, STRIDE) per dim, the largest phase's extent (known to the host, and
+    never 0); outputs past the end (all of a phase with r >= out) are masked.
+    """
+    k.line(
+        f"phase = pid_m % ({' * '.join('STRIDE' for _ in axes)})  # r, flattened",
+        f"block_m = pid_m // ({' * '.join('STRIDE' for _ in axes)})",
+    )
+    _unravel(k, "phase", [f"r{a}" for a in axes], ["STRIDE"] * len(axes), "phase_rest")
+    k.line(
+        *(f"span_{a} = tl.cdiv(out_{a}, STRIDE)  # q per dim" for a in axes),
+        "# Rows: output positions of this phase, as (batch, q coordinates).",
+        "m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        f"phase_positions = {' * '.join(f'span_{a}' for a in axes)}",
+        "batch = m // phase_positions",
+        "position = m % phase_positions",
+    )
+    _unravel(k, "position", [f"q{a}" for a in axes], [f"span_{a}" for a in axes], "position_rest")
+    k.line(*(f"o{a} = q{a} * STRIDE + r{a}" for a in axes))
+    k.line(
+        "m_mask = (m < n_batch * phase_positions)" + "".join(f" & (o{a} < out_{a})" for a in axes),
+    )
+    spatial = f"o{axes[0]}"
+    for a in axes[1:]:
+        spatial = (
+            f"({spatial}) * out_{a} + o{a}" if "+" in spatial else f"{spatial} * out_{a} + o{a}"
+        )
+    k.line(f"position = {spatial}  # spatial index in the output")
+
+
 def emit(module: Module, group: Group) -> None:
     op = group.anchor
     assert op is not None
     p = op.params
     nd, transposed = p["nd"], op.kind.startswith("conv_transpose")
+    phased = transposed and p["stride"] > 1  # rows split by output phase (`_phase_rows`)
     axes = AXES[nd]
     x_name = op.inputs[0]
     x, w = module.shape(x_name), module.tensor(op.inputs[1])  # x: host shape (may be a prologue)
@@ -118,13 +160,20 @@ def emit(module: Module, group: Group) -> None:
         f"out_positions = {out_spatial}",
         f"in_positions = {in_spatial}",
         f"kernel_volume = {kernel_volume}",
-        "# Rows: output positions, as (batch, spatial coordinates).",
-        "m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
-        "m_mask = m < n_batch * out_positions",
-        "batch = m // out_positions",
-        "position = m % out_positions",
     )
-    _unravel(k, "position", [f"o{a}" for a in axes], [f"out_{a}" for a in axes], "position_rest")
+    if phased:
+        _phase_rows(k, axes)
+    else:
+        k.line(
+            "# Rows: output positions, as (batch, spatial coordinates).",
+            "m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+            "m_mask = m < n_batch * out_positions",
+            "batch = m // out_positions",
+            "position = m % out_positions",
+        )
+        _unravel(
+            k, "position", [f"o{a}" for a in axes], [f"out_{a}" for a in axes], "position_rest"
+        )
     k.line(
         "# Columns: output channels of this group.",
         "co = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
@@ -137,7 +186,8 @@ def emit(module: Module, group: Group) -> None:
         if transposed
         else "i = o * stride - padding + k * dilation"
     )
-    with k.block(f"for kernel_offset in range(kernel_volume):  # {relation}"):
+    with contextlib.ExitStack() as loop:
+        loop.enter_context(k.block(f"for kernel_offset in range(kernel_volume):  # {relation}"))
         _unravel(
             k,
             "kernel_offset",
@@ -145,20 +195,24 @@ def emit(module: Module, group: Group) -> None:
             [f"kernel_{a}" for a in axes],
             "offset_rest",
         )
+        if phased:
+            k.line(
+                "# The offset reaches this phase's outputs only if STRIDE divides"
+                " r + PADDING - k * DILATION;",
+                "# then i = q + (r + PADDING - k * DILATION) / STRIDE. Others: no loads, no dot.",
+                *(f"tap_{a} = r{a} + PADDING - k{a} * DILATION" for a in axes),
+            )
+            contributes = " & ".join(f"(tap_{a} % STRIDE == 0)" for a in axes)
+            loop.enter_context(k.block(f"if {contributes}:"))
         valid = "m_mask"
         for a in axes:
             if not transposed:
                 k.line(f"x{a} = o{a} * STRIDE - PADDING + k{a} * DILATION")
-                valid += f" & (x{a} >= 0) & (x{a} < in_{a})"
-            elif p["stride"] == 1:
-                k.line(f"x{a} = o{a} + PADDING - k{a} * DILATION")
-                valid += f" & (x{a} >= 0) & (x{a} < in_{a})"
+            elif phased:
+                k.line(f"x{a} = q{a} + tap_{a} // STRIDE  # an exact division")
             else:
-                k.line(
-                    f"shifted_{a} = o{a} + PADDING - k{a} * DILATION",
-                    f"x{a} = shifted_{a} // STRIDE",
-                )
-                valid += f" & (shifted_{a} >= 0) & (shifted_{a} % STRIDE == 0) & (x{a} < in_{a})"
+                k.line(f"x{a} = o{a} + PADDING - k{a} * DILATION")
+            valid += f" & (x{a} >= 0) & (x{a} < in_{a})"
         spatial = f"x{axes[0]}"
         for a in axes[1:]:
             spatial = (
@@ -200,14 +254,19 @@ def emit(module: Module, group: Group) -> None:
     )
     tile = Tile("out_offsets", "mask", shape, len(module.plan.shapes[op.out]))
     Epilogue(module, k, group, tile).run([op.out])
+    if phased:
+        phase_spatial = " * ".join(f"triton.cdiv(out_{a}, stride)" for a in axes)
+        module.host(f"n_rows = n_batch * {phase_spatial}  # rows of one output phase")
+    else:
+        module.host(f"n_rows = n_batch * {out_spatial}")
+    row_blocks = "triton.cdiv(n_rows, BLOCK_M)" + (f" * stride**{nd}" if phased else "")
     # 4 warps up to 128 x 16 tiles: with 8, their SASS took 208 registers a thread (8
     # resident warps a multiprocessor, against 12 with 4).
     module.host(
-        f"n_rows = n_batch * {out_spatial}",
         "BLOCK_M = max(16, min(128, triton.next_power_of_2(n_rows)))",
         "BLOCK_N = max(16, min(64, triton.next_power_of_2(out_channels // groups)))",
         "BLOCK_K = max(16, min(32, triton.next_power_of_2(in_channels // groups)))",
-        "grid = (triton.cdiv(n_rows, BLOCK_M), triton.cdiv(out_channels // groups, BLOCK_N), groups)",
+        f"grid = ({row_blocks}, triton.cdiv(out_channels // groups, BLOCK_N), groups)",
         f"num_warps = {dot_num_warps(4096)}",
     )
     k.options["num_warps"] = "num_warps"
