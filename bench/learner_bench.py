@@ -28,7 +28,7 @@ short keeps what it measured. --skip torch,train,decode and --batches trim a run
 runs the decode rows on the model's modules instead of the fused decode weights (an A/B);
 --decode-kernels xla,pallas gives one decode row per kernel choice of the fused path (XLA's
 fusions, or the Pallas kernels of `learner.decode_kernels`, used at batch <= 8), an A/B in
-one run.
+one run; the default, auto, is the sampler's own choice (Pallas at batch <= 2 on a GPU).
 
 Decode diagnostics (what a decode step costs, kernel by kernel):
 
@@ -100,7 +100,7 @@ for _cfg in MODELS.values():
 
 TARGETS = {"bound_b1": 0.50, "bound_b64": 0.25, "bound_b256": 0.25, "mfu_1.5b": 0.40}
 # `learner.qwen2.DECODE_KERNELS` (the driver imports no jax: it must not touch the GPU).
-DECODE_KERNELS = ("xla", "pallas")
+DECODE_KERNELS = ("auto", "xla", "pallas")
 # --paths of the decode diagnostics: the fused path, the module path, the fused path on Pallas.
 PATHS = {"fused": (True, "xla"), "module": (False, "xla"), "pallas": (True, "pallas")}
 GIB = 2**30
@@ -706,7 +706,7 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
     bandwidth = calib.get("copy_bandwidth")
     peak = calib.get("matmul_flops")
     decode_rows, train_rows, checks = [], [], []
-    labelled = args.decode_kernels != ["xla"]  # name the kernels in the targets once in play
+    labelled = len(args.decode_kernels) > 1  # name the kernels in the targets when several
     for name in args.models:
         hf = MODELS[name]
         torch_rows = {
@@ -1054,9 +1054,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--decode-kernels",
-        default="xla",
-        help="comma list of the fused decode's kernels, one decode row each: xla,pallas "
-        "(pallas: hand-written Pallas kernels at batch <= 8, XLA's above)",
+        default="auto",
+        help="comma list of the fused decode's kernels, one decode row each: auto,xla,pallas "
+        "(pallas: hand-written Pallas kernels at batch <= 8, XLA's above; auto: the "
+        "sampler's default, Pallas at batch <= 2 on a GPU)",
     )
     parser.add_argument(
         "--profile-decode",
@@ -1101,8 +1102,8 @@ def main(argv: list[str] | None = None) -> int:
     args.decode_kernels = list(dict.fromkeys(k for k in args.decode_kernels.split(",") if k))
     if not args.decode_kernels or not set(args.decode_kernels) <= set(DECODE_KERNELS):
         parser.error(f"--decode-kernels takes some of {','.join(DECODE_KERNELS)}")
-    if args.unfused and args.decode_kernels != ["xla"]:
-        parser.error("--decode-kernels other than xla need the fused path (drop --unfused)")
+    if args.unfused and "pallas" in args.decode_kernels:
+        parser.error("--decode-kernels pallas needs the fused path (drop --unfused)")
     if args.hlo_count:
         return hlo_count(args)
     if args.profile_decode:

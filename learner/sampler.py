@@ -176,7 +176,7 @@ def _prefill(
 
 def _check_kernels(fused: bool, kernels: str) -> None:
     qwen2.check_decode_kernels(kernels)
-    if not fused and kernels != "xla":
+    if not fused and kernels == "pallas":
         raise ValueError(f"decode kernels {kernels!r} need the fused decode path (fused=True)")
 
 
@@ -203,7 +203,7 @@ def _decode(
     pad_id: int,
     chunk: int = 8,
     fused: bool = True,
-    kernels: str = "xla",
+    kernels: str = "auto",
 ) -> tuple[tuple[jax.Array, ...], qwen2.Cache]:
     """Sample up to `max_new` tokens per row on device; stops early when all rows are done.
 
@@ -216,8 +216,9 @@ def _decode(
     `fused` runs each token through `qwen2.fused_decode` on weights regrouped once, here, before
     the loop (fewer, larger kernels per token: what bounds batch-1 decode on a GPU); False runs
     the model's own modules, the reference the fused path is tested and benchmarked against.
-    `kernels` picks the fused path's kernels (`qwen2.DECODE_KERNELS`): "xla", or "pallas" for
-    hand-written ones at small batches on one device (see `qwen2.fused_decode`).
+    `kernels` picks the fused path's kernels (`qwen2.DECODE_KERNELS`): "xla", "pallas" for
+    hand-written ones at small batches on one device, or "auto" for those where they are
+    faster (see `qwen2.fused_decode`).
     """
     _check_kernels(fused, kernels)
     model = nnx.merge(graphdef, state)
@@ -326,7 +327,8 @@ class Sampler:
     structure (an RL step) without recompiling. `fused_decode=False` decodes through the
     model's own modules: slower, but without a second copy of the projections in memory.
     `decode_kernels="pallas"` runs the fused decode through hand-written Pallas kernels where
-    they apply (few rows, one device); "xla" (the default) leaves every kernel to XLA.
+    they apply (few rows, one device); "xla" leaves every kernel to XLA; "auto" (the default)
+    takes the Pallas kernels on a GPU for the one or two rows where they are faster.
     """
 
     def __init__(
@@ -341,7 +343,7 @@ class Sampler:
         pad_id: int = 0,
         chunk: int = 8,
         fused_decode: bool = True,
-        decode_kernels: str = "xla",
+        decode_kernels: str = "auto",
     ) -> None:
         _check_kernels(fused_decode, decode_kernels)
         self.config: qwen2.Qwen2Config = model.config

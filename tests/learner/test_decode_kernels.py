@@ -192,13 +192,39 @@ def test_fused_decode_pallas_equals_xla(
 def test_sampler_pallas_greedy_tokens_equal_xla(model: qwen2.Qwen2) -> None:
     prompts = [[5, 17, 99, 3, 64, 12, 7], [42], [8, 9, 10, 11]]
     params = S.SamplingParams(max_new_tokens=6, temperature=0.0)
-    xla = S.Sampler(model, prompt_bucket=8, chunk=4).generate(prompts, params)
+    xla = S.Sampler(model, prompt_bucket=8, chunk=4, decode_kernels="xla").generate(prompts, params)
     pallas = S.Sampler(model, prompt_bucket=8, chunk=4, decode_kernels="pallas").generate(
         prompts, params
     )
     assert [c.tokens for c in pallas] == [c.tokens for c in xla]
     assert len({tuple(c.tokens) for c in xla}) == len(prompts)  # not degenerate
     np.testing.assert_allclose([c.logprobs for c in pallas], [c.logprobs for c in xla], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kernels, batch, time, backend, want",
+    [
+        ("auto", 1, 1, "gpu", True),
+        ("auto", qwen2.AUTO_PALLAS_ROWS, 1, "gpu", True),
+        ("auto", qwen2.AUTO_PALLAS_ROWS + 1, 1, "gpu", False),  # measured slower there
+        ("auto", 1, 1, "cpu", False),  # would run interpreted
+        ("pallas", 1, 1, "cpu", True),  # asked for: interpreted
+        ("pallas", dk.MAX_ROWS, 1, "gpu", True),
+        ("pallas", dk.MAX_ROWS + 1, 1, "gpu", False),
+        ("pallas", 1, 2, "gpu", False),  # the prompt, not a decode step
+        ("xla", 1, 1, "gpu", False),
+    ],
+    ids=str,
+)
+def test_uses_pallas(kernels: str, batch: int, time: int, backend: str, want: bool) -> None:
+    assert qwen2.uses_pallas(kernels, batch, time, backend) is want
+
+
+def test_default_sampler_on_cpu_decodes_with_xla(model: qwen2.Qwen2) -> None:
+    """ "auto", the default, keeps the interpreter out of decoding off the GPU."""
+    sampler = S.Sampler(model, prompt_bucket=8, chunk=4)
+    assert sampler.decode_kernels == "auto"
+    assert not qwen2.uses_pallas(sampler.decode_kernels, 1, 1)
 
 
 def test_bad_decode_kernels_raise(model: qwen2.Qwen2) -> None:
