@@ -7,7 +7,8 @@ the grader therefore never trusts it alone (outputs and inputs are compared in t
 grader's process, and `intact()` reports tampering with the instruments).
 
 - Launch counting: wraps `JITFunction.run` (and the interpreter's equivalent).
-  In "noop" mode launches do nothing, so an answer that survives is not Triton's.
+  In "noop" mode launches do nothing, so an answer that survives is not Triton's
+  (and fresh `torch.empty` memory reads NaN, not a previous call's output).
   In "compile" mode a launch compiles and loads its kernel but runs nothing (an
   autotuned kernel compiles every config it would try, and tunes nothing): the
   grader runs the candidate so once on a GPU, before its trials, so that compiling
@@ -126,12 +127,24 @@ def _poison(value: Any) -> Any:
     return value
 
 
-class PoisonMode(TorchDispatchMode):
-    """Runs every ATen op; fills the results of compute ops with NaN when armed."""
+# ATen ops whose results hold whatever their memory held before. In the no-op check they
+# are filled with NaN: PyTorch's caching allocator hands a call the block that the previous
+# call's output freed, so with every launch skipped that output would still be in place, and
+# for a problem whose answer barely depends on its inputs (a saturated activation) it passes.
+UNINITIALISED_OPS = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+)
 
-    def __init__(self) -> None:
+
+class PoisonMode(TorchDispatchMode):
+    """Runs every ATen op; when armed, fills with NaN the results of compute ops (the fallback
+    check) or, with `blanks`, those of the allocations that leave memory as it was (the no-op
+    check)."""
+
+    def __init__(self, blanks: bool = False) -> None:
         super().__init__()
         self.armed = False
+        self.blanks = blanks
         self.compute_ops: set[str] = set()
 
     @classmethod
@@ -143,6 +156,9 @@ class PoisonMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         result = func(*args, **(kwargs or {}))
+        if self.blanks:
+            blank = self.armed and func.overloadpacket.__name__ in UNINITIALISED_OPS
+            return _poison(result) if blank else result
         if not is_compute_op(func):
             return result
         self.compute_ops.add(str(func.overloadpacket.__name__))
@@ -325,7 +341,9 @@ class candidate_call:
         if mode not in ("normal", "poison", "noop", "compile"):
             raise ValueError(mode)
         self.mode = mode
-        self.poison: PoisonMode | None = PoisonMode() if mode == "poison" else None
+        self.poison: PoisonMode | None = (
+            PoisonMode(blanks=mode == "noop") if mode in ("poison", "noop") else None
+        )
 
     def __enter__(self) -> candidate_call:
         global launches, launch_mode

@@ -184,6 +184,24 @@ def test_poison_mode_does_not_import_dynamo() -> None:
     assert done.stdout.strip() == "False"
 
 
+def test_noop_calls_get_nan_for_fresh_memory() -> None:
+    # On a GPU, PyTorch's caching allocator gives `torch.empty` the block the previous
+    # call's output freed: with launches skipped, a nearly constant answer would survive.
+    code = (
+        "import torch; from sandbox import guard; guard.install()\n"
+        "with guard.candidate_call('noop') as call:\n"
+        "    f = torch.empty(5); i = torch.empty_like(f, dtype=torch.int32)\n"
+        "    v = f.new_empty((2, 3)); z = torch.zeros(3); s = torch.ones(3) + 1\n"
+        "    tampered = guard.intact(call.poison)\n"
+        "print(bool(f.isnan().all()), bool(v.isnan().all()), bool((i == -123456789).all()),\n"
+        "      z.tolist(), s.tolist(), tampered)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert done.stdout.strip() == "True True True [0.0, 0.0, 0.0] [2.0, 2.0, 2.0] None"
+
+
 RELU_PROBLEM = """
 import torch
 
