@@ -332,8 +332,11 @@ class Harness:
                     self._copy(targets[-1], value.detach())
                 info["written"] = True
             outputs.append(info)
-        # The inputs as the candidate left them: the grader compares them itself.
+        # The inputs as the candidate left them: the grader compares them itself (shared
+        # memory is the grader's own copy, which the candidate ran on: nothing to write).
         for now, spec in zip(inputs, msg.get("inputs_after", []), strict=False):
+            if "path" not in spec:
+                continue
             if isinstance(now, torch.Tensor) and now.numel() and list(now.shape) == spec["shape"]:
                 targets.append(self._tensor(spec, shared=True))
                 self._copy(targets[-1], now.detach())

@@ -31,6 +31,33 @@ def test_files_carry_inputs_and_blank_outputs(tmp_path: Path) -> None:
     assert exchange.descriptors() == []
 
 
+def test_small_tensors_take_files_even_where_memory_is_shared(tmp_path: Path) -> None:
+    # Shared device memory costs a fixed driver round per tensor and command: below the
+    # threshold a file is cheaper, so nothing here touches the GPU.
+    exchange = Exchange(str(tmp_path), "cpu", shared=True, share_min_bytes=1 << 10)
+    x = torch.arange(8, dtype=torch.float32)
+    (spec,) = exchange.put("in", [x], writable=False)
+    assert "path" in spec and "fd_index" not in spec
+    assert torch.equal(exchange.read(spec), x)
+    (blank,) = exchange.blanks([spec], "after")
+    assert blank["path"] != spec["path"]  # the harness writes the inputs as left there
+    assert exchange.descriptors() == []
+
+
+@needs_gpu
+def test_large_tensors_share_memory_and_stand_for_themselves_after_the_call(
+    tmp_path: Path,
+) -> None:
+    exchange = Exchange(str(tmp_path), "cuda", shared=True, share_min_bytes=1 << 10)
+    small, large = torch.ones(8, device="cuda"), torch.ones(1 << 10, device="cuda")
+    specs = exchange.put("in", [small, large], writable=False)
+    assert "path" in specs[0] and "fd_index" in specs[1]
+    blanks = exchange.blanks(specs, "after")
+    assert blanks[0]["path"] != specs[0]["path"] and blanks[1] == specs[1]
+    for fd in exchange.descriptors():
+        os.close(fd)
+
+
 def test_a_read_is_a_private_copy_of_a_file(tmp_path: Path) -> None:
     exchange = Exchange(str(tmp_path), "cpu", shared=False)
     spec = exchange.put("out", [torch.ones(4)], writable=False)[0]
@@ -88,7 +115,7 @@ def test_another_process_writes_the_graders_device_memory() -> None:
     from sandbox.device_share import available
 
     assert available() is None
-    exchange = Exchange("/nonexistent", "cuda", shared=True)
+    exchange = Exchange("/nonexistent", "cuda", shared=True, share_min_bytes=0)
     x = torch.arange(1024, dtype=torch.float32, device="cuda")
     (spec,) = exchange.put("in", [x], writable=False)
     left, right = socket.socketpair()
