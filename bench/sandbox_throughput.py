@@ -13,7 +13,8 @@ What it measures, in one run:
    ratio of the two is the price of isolation and of the extra checks.
 3. Timing fidelity: one kernel verified 10 times (spread of the reported medians), and
    a candidate doing exactly the eager operation's memory traffic (a Triton relu
-   against torch.relu), whose speedup should read ~1.00.
+   against torch.relu), whose speedup should read ~1.00; that check again while the other
+   workers verify GiB elementwise kernels (the load of a teacher or RL run).
 
 Candidates are generated from a few templates (elementwise unary and binary, row
 reductions, softmax) over varied shapes; every one of them is correct, so a verdict
@@ -382,6 +383,39 @@ def verify_logged(client: Any, items: list[dict[str, Any]], concurrency: int) ->
     return results
 
 
+def while_loaded(client: Any, load: list[dict[str, Any]], concurrency: int, measure: Any) -> int:
+    """Run `measure()` while `concurrency` threads keep the server verifying `load` (round
+    robin, one job each at a time); how many load jobs ran meanwhile."""
+    stop = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+
+    def keep_busy(first: int) -> None:
+        index = first
+        while not stop.is_set():
+            client.verify_many([load[index % len(load)]], concurrency=1)
+            index += concurrency
+            with lock:
+                count[0] += 1
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        busy = [pool.submit(keep_busy, k) for k in range(concurrency)]
+        try:
+            measure()
+        finally:
+            stop.set()
+            for future in busy:
+                future.result()
+    return count[0]
+
+
+def load_cases(small: bool) -> list[Case]:
+    """GiB elementwise problems (unary and binary): each job moves GiBs through the GPU and
+    starts and ends a candidate process holding them, as paper-sized programs do."""
+    shape = (256, 256) if small else (16384, 16384)
+    return [elementwise_case(name, shape, 1024) for name in ("relu", "add", "sigmoid", "mul")]
+
+
 @dataclass
 class Row:
     workers: int
@@ -568,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
     fidelity: list[float] = []
     fidelity_plain: list[float] = []
     same_speed: list[float] = []
+    same_speed_loaded: list[float] = []
+    loaded_jobs = [0]
     identical_speed: list[float] = []
     notes: list[str] = []
     # Fidelity needs a kernel long enough to time (tens of microseconds on a GPU).
@@ -590,6 +626,13 @@ def main(argv: list[str] | None = None) -> int:
             "- identical-kernel check (the problem runs the candidate's own Triton kernel: "
             "1.00 is exact), speedup vs eager: "
             + (spread(identical_speed) if identical_speed else "n/a (no timing on this device)"),
+            f"- same-speed check under load ({loaded_jobs[0]} GiB elementwise jobs verified "
+            "by the other workers meanwhile), speedup vs eager: "
+            + (
+                spread(same_speed_loaded)
+                if same_speed_loaded
+                else "n/a (no timing on this device, or one worker)"
+            ),
         ]
 
     def save() -> None:
@@ -657,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
                         pairs = [(same, same_speed)] + (
                             [(identical, identical_speed)] if timing else []
                         )
-                        for case, speeds in pairs:
+
+                        def measure(case: Case, speeds: list[float]) -> None:
                             for _ in range(repeats):
                                 r = client.verify(case.problem, case.candidate, timing=timing)
                                 if r.speedup_vs_eager is not None:
@@ -665,6 +709,20 @@ def main(argv: list[str] | None = None) -> int:
                                 elif not r.correct:
                                     notes.append(f"{case.name}: {r.verdict}: {r.message[:200]}")
                                 save()
+
+                        for case, speeds in pairs:
+                            measure(case, speeds)
+                        if timing and workers > 1:
+                            # The same check while the other workers verify GiB kernels:
+                            # what a timed loop meets in a teacher or RL run.
+                            load = [
+                                {"problem": c.problem, "candidate": c.candidate, "timing": True}
+                                for c in load_cases(small)
+                            ]
+                            loaded_jobs[0] = while_loaded(
+                                client, load, workers - 1, lambda: measure(same, same_speed_loaded)
+                            )
+                            save()
             finally:
                 code = server.stop()
                 if code != 0:

@@ -1,10 +1,14 @@
-"""The sandbox throughput bench's accounting of a job's time."""
+"""The sandbox throughput bench's accounting of a job's time, and its load for fidelity."""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
-from bench.sandbox_throughput import other_seconds
+from bench.sandbox_throughput import load_cases, other_seconds, while_loaded
 
 
 def test_other_time_counts_each_second_once() -> None:
@@ -18,3 +22,39 @@ def test_other_time_counts_each_second_once() -> None:
     }
     assert other_seconds(stages, 0.6) == pytest.approx(0.1)
     assert other_seconds(stages, 0.4) == 0.0  # never negative
+
+
+class _CountingClient:
+    """Records which load items ran and how many ran at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+        self.seen: list[str] = []
+
+    def verify_many(self, items: list[dict[str, Any]], concurrency: int) -> list[None]:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.seen.extend(item["problem"] for item in items)
+        time.sleep(0.01)
+        with self.lock:
+            self.running -= 1
+        return [None]
+
+
+def test_the_load_runs_for_as_long_as_the_measurement() -> None:
+    client = _CountingClient()
+    load = [{"problem": c.problem} for c in load_cases(small=True)]
+    measured: list[int] = []
+
+    def measure() -> None:
+        time.sleep(0.3)
+        measured.append(len(client.seen))  # load jobs started meanwhile
+
+    count = while_loaded(client, load, 3, measure)
+    assert measured and measured[0] >= 6
+    assert client.most == 3  # one job per thread at a time
+    assert count == len(client.seen) >= 6
+    assert set(client.seen) == {item["problem"] for item in load}  # round robin
+    assert client.running == 0  # every load job ended before it returned
