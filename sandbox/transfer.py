@@ -14,8 +14,9 @@ the command on the socket), or `{"value": ...}` for a non-tensor argument.
 Shared device memory pays a fixed cost per tensor and command (the driver creates, maps,
 exports, imports and unmaps it, and synchronises both sides), which only large tensors
 repay: below `SHARE_MIN_BYTES` a tensor goes through a file even where memory can be shared.
-On an H200 at 4 workers, a correctness trial of a small problem cost 21 ms with files and
-79 ms with shared memory; a GiB tensor costs seconds through a file.
+On an H200 at 4 workers, a correctness trial of a small problem cost 21 ms when tensors
+went through files and 79 ms once they went through shared memory (other changes came in
+between; the split is to be measured); a GiB tensor costs seconds through a file.
 """
 
 from __future__ import annotations
