@@ -19,10 +19,10 @@ Matrix-vector kernels grid over blocks of output rows (enough programs to fill t
 H100/H200) and loop over the contracted dimension in chunks of up to 2,048, loading a
 contiguous [rows, chunk] tile of the weight per step; token rows are an unrolled loop that
 reuses the tile. Any size works: loads and stores are masked where a block overhangs.
-Every kernel function takes its block sizes and Triton's `num_warps` / `num_stages`; the
-sweep on an H200 (0.5B shapes, batch 1; 32 settings) found none clearly faster than the
-defaults within its noise (about +/-15% per layer). The sampler
-picks these kernels on its own only where they beat XLA's (`qwen2.uses_pallas`).
+Every kernel function takes its block sizes, Triton's `num_warps` / `num_stages` and the
+kernel's name in profiles (`bench.decode_kernel_sweep` times each setting on the GPU by
+that name). The sampler picks these kernels on its own only where they beat XLA's
+(`qwen2.uses_pallas`).
 Off the GPU the kernels run in Pallas' interpreter (`interpret=None` picks it). Static indices
 into refs are numpy integers: the interpreter's load and store rules reject Python ints.
 """
@@ -194,6 +194,7 @@ def matvec_residual(
     interpret: bool | None = None,
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
+    name: str | None = None,
 ) -> jax.Array:
     """residual + x @ w.T for x [R, k], w [n, k], residual [R, n]; in residual's dtype.
 
@@ -210,7 +211,7 @@ def matvec_residual(
         out_shape=jax.ShapeDtypeStruct(residual.shape, residual.dtype),
         grid=(_cdiv(n, block_n),),
         interpret=_interpret(interpret),
-        name="decode_matvec_residual",
+        name=name or "decode_matvec_residual",
         compiler_params=_params(num_warps, num_stages),
     )(x, w, residual)
 
@@ -266,6 +267,7 @@ def gate_up_silu(
     interpret: bool | None = None,
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
+    name: str | None = None,
 ) -> jax.Array:
     """silu(g) * u for [g, u] = (x @ w[c].T) / rms(x); x [R, hidden], w [2, inner, hidden].
 
@@ -282,7 +284,7 @@ def gate_up_silu(
         out_shape=jax.ShapeDtypeStruct((rows, inner), x.dtype),
         grid=(_cdiv(inner, block_n),),
         interpret=_interpret(interpret),
-        name="decode_gate_up_silu",
+        name=name or "decode_gate_up_silu",
         compiler_params=_params(num_warps, num_stages),
     )(x, w.reshape(2 * inner, k))
 
@@ -357,6 +359,7 @@ def qkv_rope(
     interpret: bool | None = None,
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
+    name: str | None = None,
 ) -> jax.Array:
     """Queries, keys and values of R tokens, rotated: [R, kv_heads, group + 2, head_dim].
 
@@ -392,7 +395,7 @@ def qkv_rope(
         out_shape=jax.ShapeDtypeStruct((rows, heads * head_dim), x.dtype),
         grid=(heads, _cdiv(half, block_j)),
         interpret=_interpret(interpret),
-        name="decode_qkv_rope",
+        name=name or "decode_qkv_rope",
         compiler_params=_params(num_warps, num_stages),
     )(
         x,
@@ -546,6 +549,7 @@ def attention(
     interpret: bool | None = None,
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
+    name: str | None = None,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One new token per row attends over its cache; its key and value are written at `index`.
 
@@ -599,7 +603,7 @@ def attention(
         grid=(rows, kv, splits),
         input_output_aliases={3: 0, 4: 1},
         interpret=interpret,
-        name="decode_attention",
+        name=name or "decode_attention",
         compiler_params=_params(num_warps, num_stages),
     )(qkv, mask.astype(jnp.int32), index, cache_k, cache_v)
     if splits == 1:
@@ -610,7 +614,7 @@ def attention(
             out_shape=out_shape,
             grid=(rows, kv, group),
             interpret=interpret,
-            name="decode_attention_combine",
+            name=f"{name or 'decode_attention'}_combine",
             compiler_params=_params(num_warps, num_stages),
         )(*partials)
     return out.reshape(rows, kv * group * head_dim), new_k, new_v

@@ -1,0 +1,306 @@
+"""GPU time of each Pallas decode kernel under each of its settings, from one profiler trace.
+
+    python -m bench.decode_kernel_sweep --model 0.5b --out runs/decode_sweep.md   # a GPU host
+    python -m bench.decode_kernel_sweep --lower-only                               # anywhere
+
+At batch 1 a decode step is a chain of small kernels (`learner.decode_kernels`), each a few
+microseconds, and timing them from the host (a loop of layers, a call per step) drowns the
+differences between settings in dispatch noise (+/-15% per layer). Here every setting of
+every kernel gets its own kernel name, all of them run in one `jax.profiler` trace, and each
+setting's time is the median duration of its kernels on the GPU: device time, without host
+noise. One call of a setting runs the kernel over `--layers` distinct weight sets (the
+weights of a real model do not sit in L2 between layers).
+
+The table gives, per kernel, the default setting first, then each other setting, with its
+microseconds per call, the bytes it must read over the copy bandwidth (`--bandwidth`), and
+how it compares with the default. Launch gaps are not in these times: a split attention
+(two kernels) pays one more gap than an unsplit one. `--lower-only` lowers every setting to
+Triton for a CUDA GPU from shapes alone (no GPU needed): a check of the grid itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# name: (hidden, intermediate, heads, kv_heads, head_dim) of the Qwen2.5 shapes
+MODELS = {
+    "0.5b": (896, 4864, 14, 2, 64),
+    "1.5b": (1536, 8960, 12, 2, 128),
+    "7b": (3584, 18944, 28, 4, 128),
+}
+
+
+def _grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
+    names = list(axes)
+    return [dict(zip(names, values, strict=True)) for values in itertools.product(*axes.values())]
+
+
+# The settings tried per kernel (the default, {}, always first). Kernel options as data.
+GRID: dict[str, list[dict[str, Any]]] = {
+    "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(2, 4, 8)),
+    "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,)),
+    "o_proj": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8)),
+    "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(4, 8), num_stages=(1, 2)),
+    "down": _grid(
+        block_n=(1, 2, 4, 8), block_k=(1024, 2048, 8192), num_warps=(4, 8), num_stages=(1, 3)
+    ),
+}
+
+
+@dataclass
+class Setting:
+    kernel: str
+    options: dict[str, Any]
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"sweep_{self.kernel}_{self.index}"
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.options.items()) or "default"
+
+
+def settings(kernels: list[str]) -> list[Setting]:
+    out = []
+    for kernel in kernels:
+        for index, options in enumerate([{}, *GRID[kernel]]):
+            out.append(Setting(kernel, options, index))
+    return out
+
+
+def read_bytes(kernel: str, shape: tuple[int, ...], rows: int, length: int) -> int:
+    """Bytes one call must read at least (bf16 weights and cache), for the bandwidth column."""
+    hidden, inter, heads, kv, head_dim = shape
+    weights = {
+        "qkv": (heads + 2 * kv) * head_dim * hidden,
+        "attention": 2 * kv * length * head_dim * rows,
+        "o_proj": hidden * heads * head_dim,
+        "gate_up": 2 * inter * hidden,
+        "down": hidden * inter,
+    }
+    return 2 * weights[kernel]
+
+
+def build(
+    setting: Setting, shape: tuple[int, ...], rows: int, length: int, layers: int, lower: bool
+) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A jitted call of one setting over `layers` weight sets, and its arguments (abstract
+    shapes when `lower`, random bf16 arrays otherwise)."""
+    import jax
+    import jax.numpy as jnp
+
+    from learner import decode_kernels as dk
+
+    hidden, inter, heads, kv, head_dim = shape
+    group = heads // kv
+    bf16 = jnp.bfloat16
+    interpret = False if lower else None
+    options = {**setting.options, "name": setting.name, "interpret": interpret}
+    keys = iter(jax.random.split(jax.random.PRNGKey(setting.index), 64))
+
+    def arr(shape: tuple[int, ...], dtype: Any = bf16, scale: float = 0.02) -> Any:
+        if lower:
+            return jax.ShapeDtypeStruct(shape, dtype)
+        if dtype == jnp.int32:
+            return jnp.ones(shape, dtype)
+        return (jax.random.normal(next(keys), shape, jnp.float32) * scale).astype(dtype)
+
+    def per_layer(shape: tuple[int, ...], scale: float = 0.02) -> list[Any]:
+        return [arr(shape, scale=scale) for _ in range(layers)]
+
+    kernel = setting.kernel
+    if kernel == "qkv":
+        half = head_dim // 2
+        sin, cos = arr((rows, half), jnp.float32), arr((rows, half), jnp.float32)
+
+        def run(x, ws, bs, sin, cos):
+            return [
+                dk.qkv_rope(x, w, b, sin, cos, eps=1e-6, **options)
+                for w, b in zip(ws, bs, strict=True)
+            ]
+
+        args = (
+            arr((rows, hidden), scale=1.0),
+            per_layer((kv, group + 2, head_dim, hidden)),
+            per_layer((kv, group + 2, head_dim)),
+            sin,
+            cos,
+        )
+    elif kernel == "attention":
+
+        def run(qkv, mask, index, ks, vs):
+            outs = []
+            for k, v in zip(ks, vs, strict=True):
+                out, _, _ = dk.attention(qkv, mask, k, v, index, **options)
+                outs.append(out)
+            return outs
+
+        args = (
+            arr((rows, kv, group + 2, head_dim), scale=1.0),
+            arr((rows, length), jnp.int32),
+            arr((1,), jnp.int32),
+            per_layer((rows, kv, length, head_dim), 1.0),
+            per_layer((rows, kv, length, head_dim), 1.0),
+        )
+    elif kernel in ("o_proj", "down"):
+        k = heads * head_dim if kernel == "o_proj" else inter
+
+        def run(x, ws, residual):
+            for w in ws:
+                residual = dk.matvec_residual(x, w, residual, **options)
+            return residual
+
+        args = (arr((rows, k), scale=1.0), per_layer((hidden, k)), arr((rows, hidden), scale=1.0))
+    elif kernel == "gate_up":
+
+        def run(x, ws):
+            return [dk.gate_up_silu(x, w, eps=1e-6, **options) for w in ws]
+
+        args = (arr((rows, hidden), scale=1.0), per_layer((2, inter, hidden)))
+    else:
+        raise ValueError(f"unknown kernel {kernel!r}")
+    return jax.jit(run), args
+
+
+def lower_all(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...]) -> int:
+    failures = 0
+    for setting in todo:
+        fn, fn_args = build(setting, shape, args.rows, args.length, 1, lower=True)
+        try:
+            text = fn.trace(*fn_args).lower(lowering_platforms=("cuda",)).as_text()
+            ok = "__gpu$xla.gpu.triton" in text
+            print(f"{setting.kernel:9s} {setting.label:55s} {'lowered' if ok else 'NO KERNEL'}")
+            failures += not ok
+        except Exception as err:  # noqa: BLE001 - reported per setting, counted
+            print(f"{setting.kernel:9s} {setting.label:55s} error: {str(err)[:120]}")
+            failures += 1
+    print(f"{len(todo) - failures} of {len(todo)} settings lower to Triton for a CUDA GPU")
+    return 1 if failures else 0
+
+
+def kernel_times(events: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Durations (us) per setting name; a split attention's combine adds to its call."""
+    times: dict[str, list[float]] = {}
+    for event in events:
+        match = re.match(r"(sweep_[a-z_]+?_\d+)(_combine)?(__\d+)?$", event["name"])
+        if match:
+            times.setdefault(match.group(1) + (match.group(2) or ""), []).append(event["dur_us"])
+    return times
+
+
+def measure(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...]) -> list[dict]:
+    import jax
+
+    from bench.xla_kernels import gpu_kernels_from_trace
+
+    compiled = []
+    for setting in todo:
+        fn, fn_args = build(setting, shape, args.rows, args.length, args.layers, lower=False)
+        try:
+            jax.block_until_ready(fn(*fn_args))  # compile and warm up, outside the trace
+            compiled.append((setting, fn, fn_args))
+        except Exception as err:  # noqa: BLE001 - reported in the table
+            print(f"{setting.name} ({setting.label}): {str(err)[:200]}", file=sys.stderr)
+    trace_dir = Path(tempfile.mkdtemp(prefix="decode-sweep-"))
+    with jax.profiler.trace(str(trace_dir)):
+        for _ in range(args.repeats):
+            for _, fn, fn_args in compiled:
+                jax.block_until_ready(fn(*fn_args))
+    events = gpu_kernels_from_trace(trace_dir)
+    if events is None:
+        raise SystemExit("drtriton: error: the trace has no GPU kernels (is this a GPU host?)")
+    times = kernel_times(events)
+    rows = []
+    for setting, _, _ in compiled:
+        main = times.get(setting.name, [])
+        combine = times.get(setting.name + "_combine", [])
+        per_call = statistics.median(main) + (statistics.median(combine) if combine else 0.0)
+        rows.append(
+            {
+                "kernel": setting.kernel,
+                "setting": setting.label,
+                "us": per_call if main else None,
+                "kernels": 2 if combine else 1,
+                "samples": len(main),
+                "bytes": read_bytes(setting.kernel, shape, args.rows, args.length),
+            }
+        )
+    return rows
+
+
+def render(rows: list[dict], args: argparse.Namespace) -> str:
+    lines = [
+        f"# Decode kernel sweep: {args.model}, {args.rows} row(s), cache {args.length}",
+        "",
+        f"GPU time per call (median over {args.layers} layers x {args.repeats} repeats), bytes "
+        f"at {args.bandwidth:.0f} GB/s. Launch gaps not included.",
+        "",
+        "| kernel | setting | us per call | kernels | % of bandwidth | vs default |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    defaults = {r["kernel"]: r["us"] for r in rows if r["setting"] == "default"}
+    best: dict[str, dict] = {}
+    for r in rows:
+        if r["us"] is None:
+            lines.append(f"| {r['kernel']} | {r['setting']} | - | - | - | - |")
+            continue
+        ideal_us = r["bytes"] / (args.bandwidth * 1e3)
+        base = defaults.get(r["kernel"])
+        ratio = f"{base / r['us']:.2f}x" if base else "-"
+        lines.append(
+            f"| {r['kernel']} | {r['setting']} | {r['us']:.2f} | {r['kernels']} | "
+            f"{100 * ideal_us / r['us']:.0f}% | {ratio} |"
+        )
+        if r["kernel"] not in best or r["us"] < best[r["kernel"]]["us"]:
+            best[r["kernel"]] = r
+    lines += ["", "Fastest per kernel:", ""]
+    for kernel, r in best.items():
+        base = defaults.get(kernel)
+        gain = f", {base / r['us']:.2f}x the default" if base else ""
+        lines.append(f"- {kernel}: {r['setting']} ({r['us']:.2f} us{gain})")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="0.5b")
+    parser.add_argument("--kernels", default=",".join(GRID), help="comma list of " + ",".join(GRID))
+    parser.add_argument("--rows", type=int, default=1, help="token rows (batch x 1)")
+    parser.add_argument("--length", type=int, default=1536, help="KV cache slots")
+    parser.add_argument("--layers", type=int, default=8, help="weight sets per call")
+    parser.add_argument("--repeats", type=int, default=5, help="calls of each setting traced")
+    parser.add_argument("--bandwidth", type=float, default=3800.0, help="copy GB/s, for %")
+    parser.add_argument("--lower-only", action="store_true", help="lower every setting, no GPU")
+    parser.add_argument("--out", type=Path, help="write the markdown table here")
+    args = parser.parse_args(argv)
+    kernels = [k for k in args.kernels.split(",") if k]
+    unknown = sorted(set(kernels) - set(GRID))
+    if unknown or not kernels:
+        parser.error(f"--kernels takes some of {','.join(GRID)} (got {','.join(unknown)})")
+    if min(args.rows, args.length, args.layers, args.repeats) < 1:
+        parser.error("--rows, --length, --layers and --repeats must be >= 1")
+    shape = MODELS[args.model]
+    todo = settings(kernels)
+    if args.lower_only:
+        return lower_all(args, todo, shape)
+    report = render(measure(args, todo, shape), args)
+    print(report)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

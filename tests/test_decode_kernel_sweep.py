@@ -1,0 +1,54 @@
+"""The decode kernel sweep: its grid lowers to Triton, and its trace parsing and table."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench import decode_kernel_sweep as sweep
+
+
+def test_every_down_setting_lowers_for_a_cuda_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sweep.main(["--lower-only", "--kernels", "down,attention", "--model", "0.5b"]) == 0
+    count = len(sweep.GRID["down"]) + len(sweep.GRID["attention"]) + 2  # and the defaults
+    assert f"{count} of {count} settings lower" in capsys.readouterr().out
+
+
+def test_bad_kernel_names_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["--kernels", "down,flash"])
+    assert exit_info.value.code == 2
+    assert "--kernels takes some of" in capsys.readouterr().err
+
+
+def test_kernel_times_group_by_setting_with_the_combine_apart() -> None:
+    events = [
+        {"name": "sweep_down_3", "dur_us": 5.0},
+        {"name": "sweep_down_3__1", "dur_us": 7.0},  # XLA's suffix for another instance
+        {"name": "sweep_gate_up_12", "dur_us": 6.0},
+        {"name": "sweep_attention_4", "dur_us": 3.0},
+        {"name": "sweep_attention_4_combine__2", "dur_us": 1.5},
+        {"name": "loop_convert_fusion", "dur_us": 1.0},  # not the sweep's
+    ]
+    assert sweep.kernel_times(events) == {
+        "sweep_down_3": [5.0, 7.0],
+        "sweep_gate_up_12": [6.0],
+        "sweep_attention_4": [3.0],
+        "sweep_attention_4_combine": [1.5],
+    }
+
+
+def test_the_table_compares_each_setting_with_the_default() -> None:
+    args = argparse.Namespace(
+        model="0.5b", rows=1, length=1536, layers=8, repeats=5, bandwidth=4000
+    )
+    rows = [
+        {"kernel": "down", "setting": "default", "us": 6.0, "kernels": 1, "bytes": 8_000_000},
+        {"kernel": "down", "setting": "block_n=2", "us": 4.0, "kernels": 1, "bytes": 8_000_000},
+        {"kernel": "down", "setting": "block_n=8", "us": None, "kernels": 1, "bytes": 8_000_000},
+    ]
+    table = sweep.render(rows, args)
+    assert "| down | block_n=2 | 4.00 | 1 | 50% | 1.50x |" in table  # 8 MB at 4 TB/s: 2 us
+    assert "| down | block_n=8 | - |" in table
+    assert "- down: block_n=2 (4.00 us, 1.50x the default)" in table
