@@ -169,26 +169,35 @@ def test_result_round_trips_through_the_wire_message() -> None:
     assert back.stage_seconds == {"queue": 0.25, "first_trial": 1.5}
 
 
+def _with_guard(code: str) -> str:
+    """What `code` prints in a fresh process with the candidate guard installed, as a
+    candidate process has it (the guard's modes are per process)."""
+    setup = "import sys, torch; from sandbox import guard; guard.install()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", setup + code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO_ROOT,
+    )
+    return done.stdout.strip()
+
+
 def test_poison_mode_does_not_import_dynamo() -> None:
     # Entering the guard's dispatch mode must stay cheap: Dynamo's import costs over a
     # second of CPU in every candidate process.
     code = (
-        "import sys, torch; from sandbox import guard; guard.install()\n"
         "with guard.candidate_call('poison'):\n"
         "    torch.ones(3) + 1\n"
         "print('torch._dynamo' in sys.modules)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
-    )
-    assert done.stdout.strip() == "False"
+    assert _with_guard(code) == "False"
 
 
 def test_noop_calls_get_nan_for_fresh_memory() -> None:
     # On a GPU, PyTorch's caching allocator gives `torch.empty` the block the previous
     # call's output freed: with launches skipped, a nearly constant answer would survive.
     code = (
-        "import torch; from sandbox import guard; guard.install()\n"
         "with guard.candidate_call('noop') as call:\n"
         "    f = torch.empty(5); i = torch.empty_like(f, dtype=torch.int32)\n"
         "    v = f.new_empty((2, 3)); z = torch.zeros(3); s = torch.ones(3) + 1\n"
@@ -196,10 +205,7 @@ def test_noop_calls_get_nan_for_fresh_memory() -> None:
         "print(bool(f.isnan().all()), bool(v.isnan().all()), bool((i == -123456789).all()),\n"
         "      z.tolist(), s.tolist(), tampered)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
-    )
-    assert done.stdout.strip() == "True True True [0.0, 0.0, 0.0] [2.0, 2.0, 2.0] None"
+    assert _with_guard(code) == "True True True [0.0, 0.0, 0.0] [2.0, 2.0, 2.0] None"
 
 
 RELU_PROBLEM = """
