@@ -234,7 +234,9 @@ def _sample(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise _usage(str(err)) from None
-    engine = sampler.Sampler(model, tok, eos_ids=eos, mesh=_mesh(args.mesh))
+    engine = sampler.Sampler(
+        model, tok, eos_ids=eos, mesh=_mesh(args.mesh), decode_kernels=args.decode_kernels
+    )
     results = engine.generate(prompts, params, stop=stop)
     if args.json:
         print(
@@ -359,4 +361,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--stop", action="append", help="stop string (repeatable; default </triton_code>)"
     )
     p.add_argument("--no-stop", action="store_true", help="stop only at EOS or the token limit")
+    p.add_argument(
+        "--decode-kernels",
+        choices=("auto", "xla", "pallas"),  # learner.qwen2.DECODE_KERNELS (no jax import here)
+        default="auto",
+        help="decode step kernels: XLA's fusions, hand-written Pallas ones (one device, <= 8 "
+        "rows), or auto (Pallas on a GPU at 1-2 rows, where they are faster)",
+    )
     p.set_defaults(handler=_sample)

@@ -84,6 +84,28 @@ def test_import_export_score(
     assert abs(result["sum"] - sum(result["logprobs"])) < 1e-4
 
 
+def test_sample_with_each_kernel_choice_gives_the_same_greedy_tokens(
+    hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model_dir = tmp_path / "model"
+    assert run(["model", "import", str(hf_dir), str(model_dir)], capsys)[0] == 0
+    tokens = {}
+    for kernels in ("auto", "xla", "pallas"):  # pallas: interpreted, off the GPU
+        code, out, _ = run(
+            ["sample", "--model", str(model_dir), "--token-ids", "5,17,99", "--temperature", "0"]
+            + ["--max-new-tokens", "4", "--decode-kernels", kernels, "--json"],
+            capsys,
+        )
+        assert code == 0
+        tokens[kernels] = json.loads(out)["samples"][0]["tokens"]
+    assert len(tokens["xla"]) == 4 and tokens["auto"] == tokens["xla"] == tokens["pallas"]
+    with pytest.raises(SystemExit) as exit_info:
+        drtriton_cli.main(
+            ["sample", "--model", str(model_dir), "--token-ids", "1"] + ["--decode-kernels", "cuda"]
+        )
+    assert exit_info.value.code == 2
+
+
 def test_bad_input_is_one_line_and_status_2(
     hf_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
