@@ -696,7 +696,7 @@ def _fused_layer(
 DECODE_KERNELS = ("auto", "xla", "pallas")
 
 # Token rows up to which "auto" picks the Pallas kernels on a GPU. On an H200 (0.5B and 1.5B
-# shapes, prompt 512) they beat XLA's fusions by 32% and 32% at one row and by 29% and 8% at
+# shapes, prompt 512) they beat XLA's fusions by 33% and 32% at one row and by 29% and 8% at
 # two, and lose by 45% and 55% at eight, where a step is no longer bound by launches.
 AUTO_PALLAS_ROWS = 2
 
