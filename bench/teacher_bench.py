@@ -17,7 +17,9 @@ Per-program results go to OUT_DIR/results.jsonl, one flushed line each (the firs
 holds the run's settings), so a killed run can still be reported with `--report-only`.
 At the paper profile one verification takes tens of seconds, so the full table needs
 several runs: `--resume` continues OUT_DIR's run (same settings, checked), skipping the
-programs that have a result and retrying infrastructure failures, and appends to the file.
+programs that have a result and retrying infrastructure failures, and appends to the file;
+`--retry timeout` (any failure verdicts) judges those programs again too, e.g. with a
+longer `--job-timeout` for the few whose eager baseline alone takes seconds a call.
 Families are the teacher's template families (`synth.teacher.parse.OPERATORS`); a
 level-2 program is filed under its main operator's family, and counts as fused when
 the teacher emitted fewer kernels than it has operators.
@@ -239,9 +241,10 @@ def load_log(path: Path) -> tuple[dict[str, Any], list[Result], dict[str, Any] |
     return meta, list(latest.values()), end
 
 
-def done_ids(results: Iterable[Result]) -> set[str]:
-    """Programs a resumed run skips: those with a result that says something about the kernel."""
-    return {r.program_id for r in results if not r.retry}
+def done_ids(results: Iterable[Result], again: frozenset[str] = frozenset()) -> set[str]:
+    """Programs a resumed run skips: those with a result that says something about the kernel,
+    unless its verdict is one of `again` (`--retry`: a timeout, say, with a longer budget)."""
+    return {r.program_id for r in results if not r.retry and r.verdict not in again}
 
 
 def _shown(value: Any, limit: int = 120) -> str:
@@ -862,12 +865,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
         if differences := setting_mismatches(earlier[0], meta, PROGRAM_SETTINGS):
             console.print(f"error: {_refusal(path, differences)}", markup=False, soft_wrap=True)
             return 2
-        done = done_ids(earlier[1])
+        done = done_ids(earlier[1], args.retry)
         pending = [p for p in programs if program_id(p) not in done]
         retrying = sum(r.retry for r in earlier[1])
+        again = sum(r.verdict in args.retry and not r.retry for r in earlier[1])
+        asked = f", {again} with verdicts {', '.join(sorted(args.retry))} again" if again else ""
         console.print(
             f"resuming {path}: {len(programs) - len(pending)} of {len(programs)} programs done "
-            f"in earlier runs, {len(pending)} left ({retrying} infrastructure failures to retry)",
+            f"in earlier runs, {len(pending)} left ({retrying} infrastructure failures to retry"
+            f"{asked})",
             soft_wrap=True,
         )
         _prune_pairs(args.out_dir, done)
@@ -968,6 +974,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "device and GPU) must match the earlier run's, else exit status 2; --workers and "
         "--max-seconds may change. Without results.jsonl: a fresh run",
     )
+    parser.add_argument(
+        "--retry",
+        default="",
+        help="with --resume: comma list of verdicts to judge again as well (e.g. timeout, with "
+        "a longer --job-timeout); the new result replaces the old one in the report",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--label",
@@ -985,6 +997,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.level2 = args.level2 if args.level2 is not None else (3 if quick else 200)
     args.ops = args.ops or (",".join(QUICK_OPS) if quick else None)
     args.workers = args.workers or (2 if quick else 8)
+    args.retry = frozenset(v.strip() for v in args.retry.split(",") if v.strip())
+    if args.retry and not args.resume:
+        parser.error("--retry needs --resume (a fresh run judges every program anyway)")
+    failures = _failure_verdicts()
+    if unknown := sorted(args.retry - failures):
+        parser.error(
+            f"--retry takes failure verdicts ({', '.join(sorted(failures))}); "
+            f"not {', '.join(unknown)}"
+        )
     if args.job_timeout is None and args.profile == "paper":
         args.job_timeout = PAPER_JOB_TIMEOUT_S
     if args.job_timeout is not None and not args.job_timeout > 0:
@@ -992,6 +1013,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.per_op < 0 or args.level2 < 0 or args.workers < 1 or args.trials < 1:
         parser.error("counts must be >= 0, --workers and --trials >= 1")
     return args
+
+
+def _failure_verdicts() -> frozenset[str]:
+    """The verdicts a result can carry other than correct (the sandbox's, and ours for a
+    sandbox that could not be reached)."""
+    from sandbox.result import VERDICTS
+
+    return frozenset(VERDICTS) - {"correct"} | {"infrastructure_error"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -259,6 +259,32 @@ def test_infrastructure_failures_are_not_done() -> None:
     assert tb.done_ids(results) == {"ok", "wrong", "ram"}
 
 
+def test_retry_judges_chosen_verdicts_again() -> None:
+    results = [
+        _result("ok", 1, ["relu"], ["pointwise"]),
+        _result("slow", 1, ["layer_norm"], ["norm"], "timeout", message="budget"),
+        _result("wrong", 1, ["relu"], ["pointwise"], "wrong_output", message="trial 0"),
+    ]
+    assert tb.done_ids(results) == {"ok", "slow", "wrong"}
+    assert tb.done_ids(results, frozenset({"timeout"})) == {"ok", "wrong"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--retry", "timeout"], "--retry needs --resume"),
+        (["--resume", "--retry", "timeout,correct"], "not correct"),
+        (["--resume", "--retry", "timout"], "not timout"),
+    ],
+)
+def test_bad_retry_verdicts_are_usage_errors(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        tb.parse_args(["--quick", *argv])
+    assert exit_info.value.code == 2 and fragment in capsys.readouterr().err
+
+
 def test_a_resumed_log_counts_each_program_once(tmp_path: Path) -> None:
     log = tmp_path / "results.jsonl"
     _resumed_log(log)
@@ -343,6 +369,14 @@ def test_quick_run_then_resume_runs_nothing_again(tmp_path: Path) -> None:
     report = (tmp_path / "report.md").read_text()
     assert "Finished 2 of 2 programs (2 from earlier runs; this run 0 in" in report
     assert tb.main([*argv, "--resume", "--seed", "3"]) == 2
+    # A program that timed out is judged again when asked, and its new result counts.
+    text = log.read_text()
+    log.write_text(text.replace('"verdict": "correct"', '"verdict": "timeout"', 1))
+    assert tb.main([*argv, "--resume", "--retry", "timeout"]) == 0
+    added = [json.loads(line) for line in log.read_text().splitlines()[len(text.splitlines()) :]]
+    assert [line["kind"] for line in added] == ["resume", "result", "end"]
+    _, results, _ = tb.load_log(log)
+    assert len(results) == 2 and all(r.correct for r in results)
 
 
 def test_memory_lines_compare_peaks_with_io_and_reservation() -> None:
