@@ -92,24 +92,26 @@ def read_bytes(kernel: str, shape: tuple[int, ...], rows: int, length: int) -> i
     return 2 * weights[kernel]
 
 
-def build(
-    setting: Setting, shape: tuple[int, ...], rows: int, length: int, layers: int, lower: bool
-) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """A jitted call of one setting over `layers` weight sets, and its arguments (abstract
+_ARGUMENTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def arguments(
+    kernel: str, shape: tuple[int, ...], rows: int, length: int, layers: int, lower: bool
+) -> tuple[Any, ...]:
+    """The arguments of a kernel's calls, made once and shared by all its settings (abstract
     shapes when `lower`, random bf16 arrays otherwise)."""
+    key = (kernel, shape, rows, length, layers, lower)
+    if key in _ARGUMENTS:
+        return _ARGUMENTS[key]
+    _ARGUMENTS.clear()  # one kernel's arrays at a time: 7B weights take GiBs
     import jax
     import jax.numpy as jnp
 
-    from learner import decode_kernels as dk
-
     hidden, inter, heads, kv, head_dim = shape
     group = heads // kv
-    bf16 = jnp.bfloat16
-    interpret = False if lower else None
-    options = {**setting.options, "name": setting.name, "interpret": interpret}
-    keys = iter(jax.random.split(jax.random.PRNGKey(setting.index), 64))
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * layers + 8))
 
-    def arr(shape: tuple[int, ...], dtype: Any = bf16, scale: float = 0.02) -> Any:
+    def arr(shape: tuple[int, ...], dtype: Any = jnp.bfloat16, scale: float = 0.02) -> Any:
         if lower:
             return jax.ShapeDtypeStruct(shape, dtype)
         if dtype == jnp.int32:
@@ -119,33 +121,17 @@ def build(
     def per_layer(shape: tuple[int, ...], scale: float = 0.02) -> list[Any]:
         return [arr(shape, scale=scale) for _ in range(layers)]
 
-    kernel = setting.kernel
+    x = arr((rows, hidden), scale=1.0)
     if kernel == "qkv":
         half = head_dim // 2
-        sin, cos = arr((rows, half), jnp.float32), arr((rows, half), jnp.float32)
-
-        def run(x, ws, bs, sin, cos):
-            return [
-                dk.qkv_rope(x, w, b, sin, cos, eps=1e-6, **options)
-                for w, b in zip(ws, bs, strict=True)
-            ]
-
-        args = (
-            arr((rows, hidden), scale=1.0),
+        args: tuple[Any, ...] = (
+            x,
             per_layer((kv, group + 2, head_dim, hidden)),
             per_layer((kv, group + 2, head_dim)),
-            sin,
-            cos,
+            arr((rows, half), jnp.float32),
+            arr((rows, half), jnp.float32),
         )
     elif kernel == "attention":
-
-        def run(qkv, mask, index, ks, vs):
-            outs = []
-            for k, v in zip(ks, vs, strict=True):
-                out, _, _ = dk.attention(qkv, mask, k, v, index, **options)
-                outs.append(out)
-            return outs
-
         args = (
             arr((rows, kv, group + 2, head_dim), scale=1.0),
             arr((rows, length), jnp.int32),
@@ -155,28 +141,61 @@ def build(
         )
     elif kernel in ("o_proj", "down"):
         k = heads * head_dim if kernel == "o_proj" else inter
+        args = (arr((rows, k), scale=1.0), per_layer((hidden, k)), x)
+    elif kernel == "gate_up":
+        args = (x, per_layer((2, inter, hidden)))
+    else:
+        raise ValueError(f"unknown kernel {kernel!r}")
+    _ARGUMENTS[key] = args
+    return args
+
+
+def build(setting: Setting, lower: bool) -> Callable[..., Any]:
+    """A jitted call of one setting over every weight set of `arguments`."""
+    import jax
+
+    from learner import decode_kernels as dk
+
+    options = {**setting.options, "name": setting.name, "interpret": False if lower else None}
+    kernel = setting.kernel
+    if kernel == "qkv":
+
+        def run(x, ws, bs, sin, cos):
+            return [
+                dk.qkv_rope(x, w, b, sin, cos, eps=1e-6, **options)
+                for w, b in zip(ws, bs, strict=True)
+            ]
+
+    elif kernel == "attention":
+
+        def run(qkv, mask, index, ks, vs):
+            return [
+                dk.attention(qkv, mask, k, v, index, **options)[0]
+                for k, v in zip(ks, vs, strict=True)
+            ]
+
+    elif kernel in ("o_proj", "down"):
 
         def run(x, ws, residual):
             for w in ws:
                 residual = dk.matvec_residual(x, w, residual, **options)
             return residual
 
-        args = (arr((rows, k), scale=1.0), per_layer((hidden, k)), arr((rows, hidden), scale=1.0))
     elif kernel == "gate_up":
 
         def run(x, ws):
             return [dk.gate_up_silu(x, w, eps=1e-6, **options) for w in ws]
 
-        args = (arr((rows, hidden), scale=1.0), per_layer((2, inter, hidden)))
     else:
         raise ValueError(f"unknown kernel {kernel!r}")
-    return jax.jit(run), args
+    return jax.jit(run)
 
 
 def lower_all(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...]) -> int:
     failures = 0
     for setting in todo:
-        fn, fn_args = build(setting, shape, args.rows, args.length, 1, lower=True)
+        fn = build(setting, lower=True)
+        fn_args = arguments(setting.kernel, shape, args.rows, args.length, 1, lower=True)
         try:
             text = fn.trace(*fn_args).lower(lowering_platforms=("cuda",)).as_text()
             ok = "__gpu$xla.gpu.triton" in text
@@ -204,25 +223,34 @@ def measure(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...
 
     from bench.xla_kernels import gpu_kernels_from_trace
 
-    compiled = []
-    for setting in todo:
-        fn, fn_args = build(setting, shape, args.rows, args.length, args.layers, lower=False)
-        try:
-            jax.block_until_ready(fn(*fn_args))  # compile and warm up, outside the trace
-            compiled.append((setting, fn, fn_args))
-        except Exception as err:  # noqa: BLE001 - reported in the table
-            print(f"{setting.name} ({setting.label}): {str(err)[:200]}", file=sys.stderr)
-    trace_dir = Path(tempfile.mkdtemp(prefix="decode-sweep-"))
-    with jax.profiler.trace(str(trace_dir)):
-        for _ in range(args.repeats):
-            for _, fn, fn_args in compiled:
-                jax.block_until_ready(fn(*fn_args))
-    events = gpu_kernels_from_trace(trace_dir)
-    if events is None:
-        raise SystemExit("drtriton: error: the trace has no GPU kernels (is this a GPU host?)")
+    if jax.default_backend() != "gpu":
+        raise SystemExit("drtriton: error: timing needs a GPU (--lower-only runs anywhere)")
+    events: list[dict[str, Any]] = []
+    compiled: list[Setting] = []
+    # One trace per kernel: its settings share one set of arrays (7B weights take GiBs).
+    for kernel in dict.fromkeys(s.kernel for s in todo):
+        fn_args = arguments(kernel, shape, args.rows, args.length, args.layers, lower=False)
+        ready = []
+        for setting in (s for s in todo if s.kernel == kernel):
+            fn = build(setting, lower=False)
+            try:
+                jax.block_until_ready(fn(*fn_args))  # compile and warm up, outside the trace
+                ready.append(fn)
+                compiled.append(setting)
+            except Exception as err:  # noqa: BLE001 - reported in the table
+                print(f"{setting.name} ({setting.label}): {str(err)[:200]}", file=sys.stderr)
+        trace_dir = Path(tempfile.mkdtemp(prefix=f"decode-sweep-{kernel}-"))
+        with jax.profiler.trace(str(trace_dir)):
+            for _ in range(args.repeats):
+                for fn in ready:
+                    jax.block_until_ready(fn(*fn_args))
+        found = gpu_kernels_from_trace(trace_dir)
+        if found is None:
+            raise SystemExit("drtriton: error: the trace has no GPU kernels (is this a GPU host?)")
+        events += found
     times = kernel_times(events)
     rows = []
-    for setting, _, _ in compiled:
+    for setting in compiled:
         main = times.get(setting.name, [])
         combine = times.get(setting.name + "_combine", [])
         per_call = statistics.median(main) + (statistics.median(combine) if combine else 0.0)

@@ -22,6 +22,11 @@ def test_bad_kernel_names_are_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     assert "--kernels takes some of" in capsys.readouterr().err
 
 
+def test_timing_off_the_gpu_is_a_clear_error() -> None:
+    with pytest.raises(SystemExit, match="timing needs a GPU"):
+        sweep.main(["--kernels", "o_proj"])
+
+
 def test_kernel_times_group_by_setting_with_the_combine_apart() -> None:
     events = [
         {"name": "sweep_down_3", "dur_us": 5.0},
