@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+import jax
 import pytest
 
 from bench import decode_kernel_sweep as sweep
@@ -22,6 +23,7 @@ def test_bad_kernel_names_are_a_usage_error(capsys: pytest.CaptureFixture[str]) 
     assert "--kernels takes some of" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the CPU path")
 def test_timing_off_the_gpu_is_a_clear_error() -> None:
     with pytest.raises(SystemExit, match="timing needs a GPU"):
         sweep.main(["--kernels", "o_proj"])
