@@ -243,6 +243,11 @@ LEVEL1: dict[str, list[str]] = {
         one(
             [[1, 6, 12], [6, 1, 4]], "F.conv1d({0}, {1}, stride=3, padding=1, dilation=2, groups=6)"
         ),
+        # 16 x 24 channel pairs a group: tl.dot's tiles (the cases above sum their products)
+        one(
+            [[2, 16, 9], [24, 16, 3]],
+            "F.conv1d({0}, {1}, stride=1, padding=1, dilation=1, groups=1)",
+        ),
     ],
     "conv2d": [
         one(
@@ -256,6 +261,10 @@ LEVEL1: dict[str, list[str]] = {
         one(
             [[3, 6, 5], [5, 3, 4, 4]],
             "F.conv2d({0}, {1}, stride=1, padding=0, dilation=1, groups=1)",
+        ),
+        one(  # tl.dot's tiles: 16 x 32 channel pairs a group
+            [[1, 32, 5, 6], [64, 16, 3, 3]],
+            "F.conv2d({0}, {1}, stride=1, padding=1, dilation=1, groups=2)",
         ),
     ],
     "conv3d": [
@@ -285,6 +294,10 @@ LEVEL1: dict[str, list[str]] = {
             [[3, 10], [3, 2, 4]],
             "F.conv_transpose1d({0}, {1}, stride=3, padding=2, output_padding=1, groups=1, dilation=2)",
         ),
+        one(  # tl.dot's tiles: 16 x 20 channel pairs a group
+            [[2, 16, 5], [16, 20, 3]],
+            "F.conv_transpose1d({0}, {1}, stride=2, padding=1, output_padding=1, groups=1, dilation=1)",
+        ),
     ],
     "conv_transpose2d": [
         one(
@@ -298,6 +311,10 @@ LEVEL1: dict[str, list[str]] = {
         one(
             [[2, 5, 4], [2, 3, 4, 4]],
             "F.conv_transpose2d({0}, {1}, stride=2, padding=0, output_padding=0, groups=1, dilation=1)",
+        ),
+        one(  # tl.dot's tiles: 16 x 16 channel pairs a group
+            [[1, 32, 3, 4], [32, 16, 3, 3]],
+            "F.conv_transpose2d({0}, {1}, stride=2, padding=1, output_padding=1, groups=2, dilation=1)",
         ),
     ],
     "conv_transpose3d": [

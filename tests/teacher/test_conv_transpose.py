@@ -72,18 +72,11 @@ def test_a_prologue_and_epilogue_around_a_phased_conv() -> None:
     assert assert_correct(source, seeds=(0,)).kernel_count == 1
 
 
-def test_only_contributing_offsets_are_computed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each phase's program runs one `tl.dot` per kernel offset that reaches it: all
-    programs together, kernel volume x (row blocks of a phase), not x stride^3 more."""
-    stride, kernel, size = 2, 3, 3
-    source = _program((3, 1, 2, size, 2, kernel, stride, 1, 1, 1, 1))
-    code = translate(source).code
-    assert "if (tap_d % STRIDE == 0) & (tap_h % STRIDE == 0) & (tap_w % STRIDE == 0):" in code
-    if DEVICE != "cpu":
-        pytest.skip("counts the interpreter's dots")
+def _count_dots(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one for every `tl.dot` the interpreter runs from now on."""
     from triton.runtime import interpreter
 
-    dots = []
+    dots: list[int] = []
     original = interpreter.InterpreterBuilder.create_dot
 
     def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -91,6 +84,35 @@ def test_only_contributing_offsets_are_computed(monkeypatch: pytest.MonkeyPatch)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", counted)
+    return dots
+
+
+def test_few_channels_a_group_sum_their_products_without_tl_dot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Depthwise-like groups (2 x 1 channels): tl.dot's 16 x 16 tiles would be 98% padding."""
+    source = _program((2, 1, 8, 4, 1, 3, 2, 1, 1, 4, 1))
+    if DEVICE != "cpu":
+        pytest.skip("counts the interpreter's dots")
+    dots = _count_dots(monkeypatch)
+    problem = import_source(source)
+    inputs = problem.get_inputs()
+    out = import_source(translate(source).code).triton_fused_operator(*inputs)[0]
+    torch.testing.assert_close(out, problem.fused_operator(*inputs)[0], rtol=1e-4, atol=1e-4)
+    assert dots == []
+
+
+def test_only_contributing_offsets_are_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each phase's program runs one `tl.dot` per kernel offset that reaches it: all
+    programs together, kernel volume x (row blocks of a phase), not x stride^3 more.
+    (16 channels in and out: enough for tl.dot's tiles, which fewer would not use.)"""
+    stride, kernel, size = 2, 3, 3
+    source = _program((3, 1, 16, size, 16, kernel, stride, 1, 1, 1, 1))
+    code = translate(source).code
+    assert "if (tap_d % STRIDE == 0) & (tap_h % STRIDE == 0) & (tap_w % STRIDE == 0):" in code
+    if DEVICE != "cpu":
+        pytest.skip("counts the interpreter's dots")
+    dots = _count_dots(monkeypatch)
     problem = import_source(source)
     inputs = problem.get_inputs()
     out = import_source(code).triton_fused_operator(*inputs)[0]

@@ -12,7 +12,9 @@ dim reaches a phase, and a program skips the others whole.
 
 The reduction (input channels x kernel volume: 17k terms for some 3-D transposed
 convolutions) is accumulated as in `matmul`: each step's `tl.dot` on its own, added to
-the running sum with Kahan compensation, not one FMA chain through all of K.
+the running sum with Kahan compensation, not one FMA chain through all of K. With at
+most 64 channel pairs a group (a depthwise convolution has one), `tl.dot`'s 16 x 16
+minimum tile would be mostly padding: the kernel sums the products itself (`DOT`).
 """
 
 from __future__ import annotations
@@ -148,6 +150,7 @@ def emit(module: Module, group: Group) -> None:
         k.constexpr(name, name.lower())
     for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
         k.constexpr(name, name)
+    k.constexpr("DOT", "use_dot")
     out_spatial = " * ".join(f"out_{a}" for a in axes)
     in_spatial = " * ".join(f"in_{a}" for a in axes)
     kernel_volume = " * ".join(f"kernel_{a}" for a in axes)
@@ -245,7 +248,11 @@ def emit(module: Module, group: Group) -> None:
             k.line(
                 f"b = tl.load({w_ptr} + w_offsets, mask=ci_mask[:, None] & co_mask[None, :], other=0.0)"
             )
-            compensated_add(k, f'tl.dot(a, b, input_precision="{DOT_PRECISION}")')
+            with k.block("if DOT:"):
+                k.line(f'product = tl.dot(a, b, input_precision="{DOT_PRECISION}")')
+            with k.block("else:  # few channels a group: the products, summed in registers"):
+                k.line("product = tl.sum(a[:, :, None] * b[None, :, :], axis=1)")
+            compensated_add(k, "product")
     k.line(
         f"{op.out} = acc - carry",
         "channel = group * out_per_group + co",
@@ -261,11 +268,18 @@ def emit(module: Module, group: Group) -> None:
         module.host(f"n_rows = n_batch * {out_spatial}")
     row_blocks = "triton.cdiv(n_rows, BLOCK_M)" + (f" * stride**{nd}" if phased else "")
     # 4 warps up to 128 x 16 tiles: with 8, their SASS took 208 registers a thread (8
-    # resident warps a multiprocessor, against 12 with 4).
+    # resident warps a multiprocessor, against 12 with 4). tl.dot takes 16 x 16 tiles at
+    # least: with few channels a group (depthwise, many groups) nearly all of one would be
+    # padding, so there the kernel multiplies and sums a [BLOCK_M, BLOCK_K, BLOCK_N] tile
+    # of exactly the group's channels instead (a float32 dot runs on the same FMA units).
     module.host(
+        "channels_in, channels_out = in_channels // groups, out_channels // groups  # a group's",
+        "use_dot = triton.next_power_of_2(channels_in) * triton.next_power_of_2(channels_out) > 64",
         "BLOCK_M = max(16, min(128, triton.next_power_of_2(n_rows)))",
-        "BLOCK_N = max(16, min(64, triton.next_power_of_2(out_channels // groups)))",
-        "BLOCK_K = max(16, min(32, triton.next_power_of_2(in_channels // groups)))",
+        "BLOCK_N = max(16, min(64, triton.next_power_of_2(channels_out))) if use_dot "
+        "else triton.next_power_of_2(channels_out)",
+        "BLOCK_K = max(16, min(32, triton.next_power_of_2(channels_in))) if use_dot "
+        "else triton.next_power_of_2(channels_in)",
         f"grid = ({row_blocks}, triton.cdiv(out_channels // groups, BLOCK_N), groups)",
         f"num_warps = {dot_num_warps(4096)}",
     )
