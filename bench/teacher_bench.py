@@ -19,7 +19,9 @@ At the paper profile one verification takes tens of seconds, so the full table n
 several runs: `--resume` continues OUT_DIR's run (same settings, checked), skipping the
 programs that have a result and retrying infrastructure failures, and appends to the file;
 `--retry timeout` (any failure verdicts) judges those programs again too, e.g. with a
-longer `--job-timeout` for the few whose eager baseline alone takes seconds a call.
+longer `--job-timeout` for the few whose eager baseline alone takes seconds a call, and
+`--rejudge relu,sigmoid` the programs of operators whose kernels the teacher now writes
+differently.
 Families are the teacher's template families (`synth.teacher.parse.OPERATORS`); a
 level-2 program is filed under its main operator's family, and counts as fused when
 the teacher emitted fewer kernels than it has operators.
@@ -241,10 +243,19 @@ def load_log(path: Path) -> tuple[dict[str, Any], list[Result], dict[str, Any] |
     return meta, list(latest.values()), end
 
 
-def done_ids(results: Iterable[Result], again: frozenset[str] = frozenset()) -> set[str]:
+def done_ids(
+    results: Iterable[Result],
+    again: frozenset[str] = frozenset(),
+    rejudge: frozenset[str] = frozenset(),
+) -> set[str]:
     """Programs a resumed run skips: those with a result that says something about the kernel,
-    unless its verdict is one of `again` (`--retry`: a timeout, say, with a longer budget)."""
-    return {r.program_id for r in results if not r.retry and r.verdict not in again}
+    unless its verdict is one of `again` (`--retry`: a timeout, say, with a longer budget) or
+    all its operators are in `rejudge` (`--rejudge`: the teacher changed how it writes them)."""
+    return {
+        r.program_id
+        for r in results
+        if not r.retry and r.verdict not in again and not (rejudge and set(r.ops) <= rejudge)
+    }
 
 
 def _shown(value: Any, limit: int = 120) -> str:
@@ -865,11 +876,14 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
         if differences := setting_mismatches(earlier[0], meta, PROGRAM_SETTINGS):
             console.print(f"error: {_refusal(path, differences)}", markup=False, soft_wrap=True)
             return 2
-        done = done_ids(earlier[1], args.retry)
+        done = done_ids(earlier[1], args.retry, args.rejudge)
         pending = [p for p in programs if program_id(p) not in done]
         retrying = sum(r.retry for r in earlier[1])
         again = sum(r.verdict in args.retry and not r.retry for r in earlier[1])
         asked = f", {again} with verdicts {', '.join(sorted(args.retry))} again" if again else ""
+        if args.rejudge:
+            ours = sum(set(r.ops) <= args.rejudge and not r.retry for r in earlier[1])
+            asked += f", {ours} made only of --rejudge operators again"
         console.print(
             f"resuming {path}: {len(programs) - len(pending)} of {len(programs)} programs done "
             f"in earlier runs, {len(pending)} left ({retrying} infrastructure failures to retry"
@@ -980,6 +994,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --resume: comma list of verdicts to judge again as well (e.g. timeout, with "
         "a longer --job-timeout); the new result replaces the old one in the report",
     )
+    parser.add_argument(
+        "--rejudge",
+        default="",
+        metavar="OPS",
+        help="with --resume: comma list of operators whose programs (those made only of them) "
+        "are judged again, after a change to how the teacher writes them; the new result "
+        "replaces the old one in the report",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--label",
@@ -998,8 +1020,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.ops = args.ops or (",".join(QUICK_OPS) if quick else None)
     args.workers = args.workers or (2 if quick else 8)
     args.retry = frozenset(v.strip() for v in args.retry.split(",") if v.strip())
-    if args.retry and not args.resume:
-        parser.error("--retry needs --resume (a fresh run judges every program anyway)")
+    args.rejudge = frozenset(v.strip() for v in args.rejudge.split(",") if v.strip())
+    for flag, chosen in (("--retry", args.retry), ("--rejudge", args.rejudge)):
+        if chosen and not args.resume:
+            parser.error(f"{flag} needs --resume (a fresh run judges every program anyway)")
+    from synth.operators import OPERATOR_NAMES
+
+    if unknown := sorted(args.rejudge - set(OPERATOR_NAMES)):
+        parser.error(f"--rejudge takes operator names; not {', '.join(unknown)}")
     failures = _failure_verdicts()
     if unknown := sorted(args.retry - failures):
         parser.error(

@@ -269,12 +269,25 @@ def test_retry_judges_chosen_verdicts_again() -> None:
     assert tb.done_ids(results, frozenset({"timeout"})) == {"ok", "wrong"}
 
 
+def test_rejudge_judges_programs_made_only_of_chosen_operators_again() -> None:
+    results = [
+        _result("relu", 1, ["relu"], ["pointwise"]),
+        _result("pair", 2, ["relu", "sigmoid"], ["pointwise"]),
+        _result("mixed", 2, ["relu", "softmax"], ["pointwise", "softmax"]),
+        _result("norm", 1, ["layer_norm"], ["norm"]),
+    ]
+    rejudge = frozenset({"relu", "sigmoid"})
+    assert tb.done_ids(results, rejudge=rejudge) == {"mixed", "norm"}
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
         (["--retry", "timeout"], "--retry needs --resume"),
         (["--resume", "--retry", "timeout,correct"], "not correct"),
         (["--resume", "--retry", "timout"], "not timout"),
+        (["--rejudge", "relu"], "--rejudge needs --resume"),
+        (["--resume", "--rejudge", "relu,rleu"], "not rleu"),
     ],
 )
 def test_bad_retry_verdicts_are_usage_errors(

@@ -30,15 +30,25 @@ def _close(got: jax.Array, want: jax.Array, tol: float) -> None:
 
 # Shapes that no block divides (37 outputs, 100 inputs), forced small blocks (so the loop over
 # the contracted dimension runs several steps with a ragged last one), and several token rows.
+# Split: 7 chunks of 16 in 3 splits of 3 (the last split's two chunks past k read nothing), and
+# 4 splits with the block picked from k / splits.
 @pytest.mark.parametrize(
-    "rows, block_n, block_k", [(1, None, None), (3, 8, 32), (2, 4, 64)], ids=str
+    "rows, block_n, block_k, splits",
+    [(1, None, None, 1), (3, 8, 32, 1), (2, 4, 64, 1), (2, 8, 16, 3), (1, None, None, 4)],
+    ids=str,
 )
-def test_matvec_residual(rows: int, block_n: int | None, block_k: int | None) -> None:
+def test_matvec_residual(rows: int, block_n: int | None, block_k: int | None, splits: int) -> None:
     rng = np.random.default_rng(rows)
     x, w, res = _normal(rng, (rows, 100)), _normal(rng, (37, 100)), _normal(rng, (rows, 37))
-    got = dk.matvec_residual(x, w, res, block_n=block_n, block_k=block_k)
+    got = dk.matvec_residual(x, w, res, block_n=block_n, block_k=block_k, splits=splits)
     assert got.shape == (rows, 37) and got.dtype == jnp.float32
     _close(got, res + x @ w.T, 1e-5)
+
+
+def test_matvec_residual_rejects_no_splits() -> None:
+    x = jnp.zeros((1, 8))
+    with pytest.raises(ValueError, match="splits=0"):
+        dk.matvec_residual(x, jnp.zeros((4, 8)), jnp.zeros((1, 4)), splits=0)
 
 
 def test_matvec_residual_bf16_rounds_like_xla() -> None:
@@ -49,10 +59,11 @@ def test_matvec_residual_bf16_rounds_like_xla() -> None:
         _normal(rng, (50, 96), bf16),
         _normal(rng, (2, 50), bf16),
     )
-    got = dk.matvec_residual(x, w, res, block_k=32)
     want = res + jnp.einsum("rk,nk->rn", x, w, preferred_element_type=jnp.float32).astype(bf16)
-    assert got.dtype == bf16
-    _close(got, want, 3e-2)
+    for splits in (1, 2):
+        got = dk.matvec_residual(x, w, res, block_k=32, splits=splits)
+        assert got.dtype == bf16
+        _close(got, want, 3e-2)
 
 
 @pytest.mark.parametrize("rows, block_n, block_k", [(1, None, None), (3, 8, 16)], ids=str)
