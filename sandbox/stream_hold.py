@@ -25,9 +25,11 @@ import threading
 import time
 from typing import Any
 
+from sandbox.device_share import DeviceShareError, cuda_driver
+
 HOLD_TIMEOUT_S = 0.05  # the watchdog lets a held stream go after this long
 _WAIT_GEQ = 0x0  # CU_STREAM_WAIT_VALUE_GEQ: wait until the word >= the value
-_kept: list[Any] = []
+_HOST_ALLOC_FLAGS = 0x1 | 0x2  # CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP
 
 
 class StreamHold:
@@ -80,28 +82,30 @@ def stream_hold() -> StreamHold | None:
     import torch
 
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        torch.cuda.init()
+        driver = cuda_driver()
+        driver.bind_context(torch.cuda.current_device())  # PyTorch's, on this thread
+        lib = driver.lib
         wait = getattr(lib, "cuStreamWaitValue32_v2", None) or lib.cuStreamWaitValue32
         wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
         wait.restype = ctypes.c_int
-        lib.cuMemHostGetDevicePointer_v2.argtypes = [
-            ctypes.POINTER(ctypes.c_uint64),
-            ctypes.c_void_p,
-            ctypes.c_uint,
-        ]
-        lib.cuMemHostGetDevicePointer_v2.restype = ctypes.c_int
-        word = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        for name, argtypes in (
+            ("cuMemHostAlloc", [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]),
+            (
+                "cuMemHostGetDevicePointer_v2",
+                [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint],
+            ),
+        ):
+            getattr(lib, name).argtypes = argtypes
+            getattr(lib, name).restype = ctypes.c_int
+        word = ctypes.c_void_p()  # pinned, mapped into the device's address space; never freed
+        driver.check("cuMemHostAlloc", ctypes.byref(word), 4, _HOST_ALLOC_FLAGS)
+        ctypes.c_uint32.from_address(word.value).value = 0
         device_word = ctypes.c_uint64()
-        address = ctypes.c_void_p(word.data_ptr())
-        if lib.cuMemHostGetDevicePointer_v2(ctypes.byref(device_word), address, 0) != 0:
-            return None
+        driver.check("cuMemHostGetDevicePointer_v2", ctypes.byref(device_word), word, 0)
         hold = StreamHold(
-            wait,
-            lambda: torch.cuda.current_stream().cuda_stream,
-            word.data_ptr(),
-            device_word.value,
+            wait, lambda: torch.cuda.current_stream().cuda_stream, word.value, device_word.value
         )
-        _kept.append(word)  # the pinned word lives as long as the process
         behind = torch.cuda.Event()
         hold.hold()
         behind.record()
@@ -110,5 +114,5 @@ def stream_hold() -> StreamHold | None:
         hold.release()
         torch.cuda.synchronize()
         return hold if waited else None
-    except (OSError, AttributeError, RuntimeError):
+    except (OSError, AttributeError, RuntimeError, DeviceShareError):
         return None
