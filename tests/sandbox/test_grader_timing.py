@@ -260,8 +260,7 @@ def test_host_loops_last_long_enough_within_a_cap() -> None:
 
 
 def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
-    """wake, warm-up; flush, hold, busy wait, start, call, end, release, device sync: the
-    order it rests on."""
+    """wake, warm-up; flush, busy wait, start, call, end, device sync: the order it rests on."""
     from sandbox.timing import Clock, time_cuda
 
     log: list[str] = []
@@ -285,86 +284,17 @@ def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
         busy=lambda: log.append("busy"),
         cycles_per_us=1.0,
         wake=lambda: log.append("wake"),
-        hold=lambda: log.append("hold"),
-        release=lambda: log.append("release"),
     )
     times = time_cuda(lambda: log.append("call"), clock, runs=2, warmup=1)
     assert log == ["wake", "call", "sync"] + [
         "flush",
-        "hold",
         "busy",
         "record",
         "call",
         "record",
-        "release",
         "sync",
     ] * 2 + ["sync"]
     assert times == [1.0, 1.0]
-
-    def broken() -> None:
-        log.append("call")
-        raise RuntimeError("the candidate failed")
-
-    log.clear()
-    with pytest.raises(RuntimeError):
-        time_cuda(broken, clock, runs=1, warmup=0)
-    assert log[-2:] == ["call", "release"]  # a failed call leaves no stream held
-
-
-class _FakeWait:
-    """cuStreamWaitValue32 stood in for: records its calls, returns `code`."""
-
-    def __init__(self, code: int = 0) -> None:
-        self.code = code
-        self.calls: list[tuple[int, int, int]] = []
-
-    def __call__(self, stream: Any, address: int, value: int, flags: int) -> int:
-        self.calls.append((stream.value, address, value))
-        return self.code
-
-
-def test_a_stream_hold_waits_for_the_next_sequence_number_and_release_writes_it() -> None:
-    import ctypes
-
-    from sandbox.stream_hold import StreamHold
-
-    word = ctypes.c_uint32(0)
-    wait = _FakeWait()
-    hold = StreamHold(wait, lambda: 7, ctypes.addressof(word), device_word=0xD0)
-    for expected in (1, 2):
-        hold.hold()
-        assert wait.calls[-1] == (7, 0xD0, expected)
-        assert word.value == expected - 1  # still held
-        hold.release()
-        assert word.value == expected
-
-
-def test_a_stream_hold_the_host_never_releases_is_let_go_by_the_watchdog() -> None:
-    """A call that waits for the GPU inside a timed run would otherwise wait forever."""
-    import ctypes
-
-    from sandbox.stream_hold import HOLD_TIMEOUT_S, StreamHold
-
-    word = ctypes.c_uint32(0)
-    hold = StreamHold(_FakeWait(), lambda: 1, ctypes.addressof(word), device_word=0)
-    started = time.monotonic()
-    hold.hold()
-    while word.value != 1 and time.monotonic() - started < 5:
-        time.sleep(0.001)
-    waited = time.monotonic() - started
-    assert word.value == 1
-    assert HOLD_TIMEOUT_S * 0.9 <= waited < HOLD_TIMEOUT_S + 2
-
-
-def test_a_hold_the_driver_refused_holds_nothing() -> None:
-    import ctypes
-
-    from sandbox.stream_hold import StreamHold
-
-    word = ctypes.c_uint32(0)
-    hold = StreamHold(_FakeWait(code=1), lambda: 1, ctypes.addressof(word), device_word=0)
-    hold.hold()
-    assert word.value == 1  # released at once: the run is covered by the spin alone
 
 
 def test_the_larger_of_event_and_host_time_counts() -> None:
@@ -450,21 +380,3 @@ def test_a_slow_baseline_is_timed_without_a_long_host_check(tmp_path: Path) -> N
     # Sizing (2 calls), a warm-up and 5 timed runs, then a host check of 1 run (2 calls):
     # 10 calls, where a host check as long as the event loop made it 14.
     assert len(calls) == 10
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
-def test_a_held_stream_runs_nothing_until_released() -> None:
-    from sandbox.stream_hold import stream_hold
-
-    hold = stream_hold()
-    assert hold is not None, "this GPU's driver makes no stream hold: timing falls back"
-    x = torch.ones(1 << 20, device="cuda")
-    done = torch.cuda.Event()
-    hold.hold()
-    y = x * 2
-    done.record()
-    time.sleep(0.005)
-    assert not done.query()  # queued behind the hold
-    hold.release()
-    done.synchronize()
-    assert torch.equal(y, x * 2)
