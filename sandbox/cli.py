@@ -73,7 +73,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=50051, help="0 picks a free port")
     serve.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    serve.add_argument("--workers", type=int, help="jobs graded at once")
+    serve.add_argument("--workers", type=int, help="jobs graded at once (all GPUs together)")
+    serve.add_argument(
+        "--gpus",
+        metavar="I,J,...",
+        help="GPUs the workers spread over, round robin (indices among the visible ones; "
+        "default: every visible GPU)",
+    )
     serve.add_argument("--queue", type=int, help="jobs waiting at most (then RESOURCE_EXHAUSTED)")
     serve.add_argument(
         "--job-timeout", type=float, metavar="S", help="default and maximum job budget"
@@ -296,6 +302,13 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["queue_capacity"] = args.queue
     if args.job_timeout is not None:
         overrides["job_timeout_s"] = args.job_timeout
+    if args.gpus is not None:
+        try:
+            overrides["gpus"] = tuple(int(i) for i in args.gpus.split(","))
+        except ValueError:
+            return _fail(f"--gpus takes GPU indices like 0,1; not {args.gpus!r}")
+        if args.device == "cpu":
+            return _fail("--gpus needs a GPU sandbox, not --device cpu")
     if not 0 <= args.port <= 65535:
         return _fail("--port must be between 0 and 65535")
     return run_server(SandboxConfig(**overrides), args.host, args.port, log_level=args.log_level)

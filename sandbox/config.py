@@ -33,7 +33,9 @@ class SandboxConfig:
     `device="auto"` picks CUDA when a GPU is visible and Triton's CPU interpreter
     otherwise. `workers` is the number of jobs graded at once; each worker keeps one
     candidate process pre-started. A job waits in a queue of `queue_capacity`
-    places; past that, requests are refused (RESOURCE_EXHAUSTED).
+    places; past that, requests are refused (RESOURCE_EXHAUSTED). On a host with
+    several GPUs the workers spread over `gpus` (indices among the visible GPUs; empty:
+    all of them), round robin (`sandbox.placement`).
     """
 
     device: str = "auto"
@@ -48,6 +50,7 @@ class SandboxConfig:
     timing_warmup: int = 5
     speedup_sanity_bound: float = 20.0
     job_root: str = field(default_factory=default_job_root)
+    gpus: tuple[int, ...] = ()
 
 
 def resolve_device(device: str) -> str:

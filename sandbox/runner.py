@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
+from sandbox import placement
 from sandbox.config import MAX_TRIALS, SandboxConfig, resolve_device
 from sandbox.errors import (
     DrainingError,
@@ -101,7 +102,11 @@ def result_from_dict(data: dict[str, Any]) -> VerifyResult:
 class _Worker:
     """The runner's side of one grader worker process."""
 
-    def __init__(self, config: SandboxConfig, device: str, probe: bool) -> None:
+    def __init__(
+        self, config: SandboxConfig, device: str, probe: bool, gpu: str | None = None
+    ) -> None:
+        self.config = config
+        self.gpu = gpu
         self.conn, child = multiprocessing.Pipe(duplex=True)
         fd = child.fileno()
         command = [sys.executable, "-m", "sandbox.worker", "--fd", str(fd), "--device", device]
@@ -110,6 +115,8 @@ class _Worker:
             command.append("--probe")
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu  # its candidates inherit it
         # torch.compile in each grader: one pool of compile subprocesses per worker would
         # put workers x cores processes on the host; the workers are the parallelism.
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -177,6 +184,7 @@ class JobRunner:
             max_workers=config.workers + 2, thread_name_prefix="grader"
         )
         self._idle_event: asyncio.Event | None = None
+        self.gpu_shares: list[tuple[str, int]] = []  # (GPU, its workers), once started
         # Baseline times per problem, shared by all graders (torch.compile costs seconds),
         # and the problems whose baselines one job is measuring right now.
         self._baselines: dict[str, dict[str, float | None]] = {}
@@ -188,9 +196,16 @@ class JobRunner:
         self._idle = asyncio.Queue()
         self._idle_event = asyncio.Event()
         self._idle_event.set()
-        await loop.run_in_executor(self._threads, build_triton_seed, self.job_root, self.device)
+        groups = self._gpu_groups()
+        self.gpu_shares = [(gpu, config.workers) for gpu, config in groups if gpu is not None]
+        for _, config in groups:
+            await loop.run_in_executor(
+                self._threads, build_triton_seed, config.job_root, self.device
+            )
         workers = [
-            _Worker(self.config, self.device, probe=(i == 0)) for i in range(self.config.workers)
+            _Worker(config, self.device, probe=(not i and not n), gpu=gpu)
+            for i, (gpu, config) in enumerate(groups)
+            for n in range(config.workers)
         ]
         self._workers = workers
         readies = await asyncio.gather(
@@ -209,6 +224,27 @@ class JobRunner:
             )
         for worker in workers:
             self._idle.put_nowait(worker)
+
+    def _gpu_groups(self) -> list[tuple[str | None, SandboxConfig]]:
+        """Each GPU's workers: (its CUDA_VISIBLE_DEVICES name, their config). With several
+        GPUs each has its own job root, hence its own timing gate and memory budget."""
+        if self.device != "cuda":
+            if self.config.gpus:
+                raise ValueError("GPUs were chosen, but this sandbox runs on the CPU")
+            return [(None, self.config)]
+        gpus = placement.choose_gpus(self.config.gpus, placement.visible_gpus())
+        shares = placement.spread(self.config.workers, gpus)
+        if len(shares) == 1:
+            return [(shares[0][0], self.config)]
+        return [
+            (
+                gpu,
+                dataclasses.replace(
+                    self.config, workers=count, job_root=os.path.join(self.job_root, f"gpu-{gpu}")
+                ),
+            )
+            for gpu, count in shares
+        ]
 
     async def drain(self) -> None:
         self._draining = True
@@ -377,7 +413,7 @@ class JobRunner:
         """Kill a worker that failed and start a fresh one in its place."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._threads, worker.kill)
-        fresh = _Worker(self.config, self.device, probe=False)
+        fresh = _Worker(worker.config, self.device, probe=False, gpu=worker.gpu)
         await loop.run_in_executor(self._threads, fresh.wait_ready)
         self._workers = [fresh if w is worker else w for w in self._workers]
         return fresh

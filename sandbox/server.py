@@ -497,6 +497,9 @@ async def serve(
         print(f"listening on {server.address}", file=out, flush=True)
         for line in _summary(runner.info(), config):
             print(line, file=out)
+        if len(runner.gpu_shares) > 1:
+            shares = ", ".join(f"{gpu} ({count})" for gpu, count in runner.gpu_shares)
+            print(f"gpus (workers): {shares}", file=out)
         out.flush()
 
         signum = await signals.get()

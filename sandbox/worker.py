@@ -162,7 +162,8 @@ def main() -> None:
     parser.add_argument("--config", required=True, help="SandboxConfig as JSON")
     parser.add_argument("--probe", action="store_true")
     args = parser.parse_args()
-    config = SandboxConfig(**json.loads(args.config))
+    fields = json.loads(args.config)
+    config = SandboxConfig(**{**fields, "gpus": tuple(fields.get("gpus", ()))})
     worker_main(Connection(args.fd), config, args.device, args.probe)
 
 
