@@ -164,7 +164,7 @@ def _emit_merged(module: Module, group: Group, k: KernelBuilder, shape: str) -> 
     module.needs_math = True
     module.host(
         "n_rows, n_cols = math.prod(sizes[:-1]), sizes[-1]",
-        f"BLOCK_COLS = max(1, min(triton.next_power_of_2(n_cols), {FLAT_BLOCK} if ndim == 1 else {MAX_BLOCK_COLS}))",
+        f"BLOCK_COLS = max(1, min(triton.next_power_of_2(n_cols), {_cols_cap()}))",
         f"BLOCK_ROWS = max(1, min(triton.next_power_of_2(n_rows), {TILE} // BLOCK_COLS))",
         f"num_warps = {FLAT_NUM_WARPS} if ndim == 1 else {NUM_WARPS}",
         f"index_64 = n_rows * n_cols > {INDEX_32_LIMIT}  # 32-bit offsets while they fit",
@@ -182,6 +182,13 @@ def _emit_merged(module: Module, group: Group, k: KernelBuilder, shape: str) -> 
         f"{INDENT * 2}grid = (triton.cdiv(n_rows, BLOCK_ROWS) * n_col_blocks,)",
     )
     module.body.extend(k.launch("grid", indent=INDENT * 3))
+
+
+def _cols_cap() -> str:
+    """The host expression of a tile's widest row: flat (NDIM 1) or a row of a 2-D tile."""
+    if FLAT_BLOCK == MAX_BLOCK_COLS:
+        return str(FLAT_BLOCK)
+    return f"{FLAT_BLOCK} if ndim == 1 else {MAX_BLOCK_COLS}"
 
 
 def _emit_flat(module: Module, group: Group, k: KernelBuilder, shape: str) -> None:
