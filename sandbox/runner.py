@@ -33,7 +33,7 @@ from sandbox.errors import (
     WeakIsolationError,
 )
 from sandbox.problem import source_key
-from sandbox.process import REPO_ROOT, build_triton_seed
+from sandbox.process import REPO_ROOT, build_triton_seed, triton_seed_dir
 from sandbox.result import TrialOutcome, VerifyResult
 from sandbox.static_checks import MAX_SOURCE_BYTES
 
@@ -165,6 +165,13 @@ class _Worker:
             self.kill()
 
 
+def _copy_seed(source_root: str, target_root: str) -> None:
+    """Give another job root the Triton seed built in `source_root` (none: nothing to copy)."""
+    source = triton_seed_dir(source_root)
+    if os.path.isdir(source):
+        shutil.copytree(source, triton_seed_dir(target_root), dirs_exist_ok=True)
+
+
 class JobRunner:
     def __init__(self, config: SandboxConfig) -> None:
         # Each runner keeps its jobs in a directory of its own, removed at close.
@@ -198,10 +205,10 @@ class JobRunner:
         self._idle_event.set()
         groups = self._gpu_groups()
         self.gpu_shares = [(gpu, config.workers) for gpu, config in groups if gpu is not None]
-        for _, config in groups:
-            await loop.run_in_executor(
-                self._threads, build_triton_seed, config.job_root, self.device
-            )
+        first_root = groups[0][1].job_root
+        await loop.run_in_executor(self._threads, build_triton_seed, first_root, self.device)
+        for _, config in groups[1:]:  # the same helpers for every GPU: built once, copied
+            await loop.run_in_executor(self._threads, _copy_seed, first_root, config.job_root)
         workers = [
             _Worker(config, self.device, probe=(not i and not n), gpu=gpu)
             for i, (gpu, config) in enumerate(groups)

@@ -108,3 +108,18 @@ def test_bad_gpus_are_usage_errors(argv: list[str], fragment: str) -> None:
     done = drtriton("sandbox", "serve", "--port", "0", *argv, timeout_s=60)
     assert done.returncode == 2
     assert fragment in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_triton_seed_is_copied_to_each_gpu_s_root(tmp_path: Any) -> None:
+    from sandbox.process import triton_seed_dir
+
+    built = os.path.join(triton_seed_dir(str(tmp_path / "gpu-0")), "cache", "helper.so")
+    os.makedirs(os.path.dirname(built))
+    with open(built, "w") as handle:
+        handle.write("compiled")
+    runner._copy_seed(str(tmp_path / "gpu-0"), str(tmp_path / "gpu-1"))
+    copied = os.path.join(triton_seed_dir(str(tmp_path / "gpu-1")), "cache", "helper.so")
+    with open(copied) as handle:
+        assert handle.read() == "compiled"
+    runner._copy_seed(str(tmp_path / "none"), str(tmp_path / "gpu-2"))  # no seed: no error
+    assert not os.path.exists(triton_seed_dir(str(tmp_path / "gpu-2")))
