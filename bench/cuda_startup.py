@@ -1,7 +1,7 @@
 """How many fresh CUDA processes one host starts per second: the ceiling of a sandbox
 that gives every candidate its own process.
 
-    python -m bench.cuda_startup --at-once 1,4,8,16 --rounds 3
+    python -m bench.cuda_startup --at-once 1,4,8,16 --rounds 3 --connections default,1
 
 A candidate process is forked from a parent that has imported torch (the zygote), and
 has to make its own CUDA context before it runs anything. Here N such forks start at
@@ -9,7 +9,8 @@ once, each timing `torch.cuda.init()`, its first allocation (which creates the c
 and the sandbox's timing clock (`sandbox.timing.bind_clock`: the L2 flush buffer, the
 stream hold); the table gives the medians and the processes started per second, wall
 clock from the first fork to the last exit. N = 1 is the baseline, measured in the same
-command.
+command; so is the driver's default number of hardware queues per context
+(`CUDA_DEVICE_MAX_CONNECTIONS`, 8), against the single queue candidates are given.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ from typing import Any
 STEPS = ("cuda_init", "first_alloc", "bind_clock", "total")
 
 
-def _child(write_fd: int) -> None:
+def _child(write_fd: int, connections: str) -> None:
     """One candidate's start-up, timed step by step; never returns."""
+    if connections != "default":
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = connections
+    else:
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     import torch
 
     from sandbox.timing import bind_clock
@@ -48,7 +53,7 @@ def _child(write_fd: int) -> None:
     os._exit(0)
 
 
-def start_round(at_once: int) -> tuple[float, list[dict[str, Any]]]:
+def start_round(at_once: int, connections: str = "default") -> tuple[float, list[dict[str, Any]]]:
     """Fork `at_once` children together; (wall seconds, each child's marks)."""
     read_fd, write_fd = os.pipe()
     began = time.monotonic()
@@ -58,7 +63,7 @@ def start_round(at_once: int) -> tuple[float, list[dict[str, Any]]]:
         if pid == 0:
             os.close(read_fd)
             try:
-                _child(write_fd)
+                _child(write_fd, connections)
             finally:
                 os._exit(1)
         pids.append(pid)
@@ -72,18 +77,24 @@ def start_round(at_once: int) -> tuple[float, list[dict[str, Any]]]:
     return wall, marks
 
 
-def render(rows: list[tuple[int, list[float], list[dict[str, Any]]]], gpu: str) -> str:
-    """Markdown: per N, processes per second and the median of each step."""
+Row = tuple[str, int, list[float], list[dict[str, Any]]]
+
+
+def render(rows: list[Row], gpu: str) -> str:
+    """Markdown: per setting and N, processes per second and the median of each step."""
     lines = [
         f"# CUDA process start-up ({gpu})",
         "",
-        "| at once | rounds | processes/s | wall s | " + " | ".join(STEPS) + " |",
-        "|---:|---:|---:|---:|" + "---:|" * len(STEPS),
+        "| connections | at once | rounds | processes/s | wall s | " + " | ".join(STEPS) + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(STEPS),
     ]
-    for at_once, walls, marks in rows:
+    for connections, at_once, walls, marks in rows:
         wall = statistics.median(walls)
         steps = " | ".join(f"{statistics.median(m[s] for m in marks):.3f}" for s in STEPS)
-        lines.append(f"| {at_once} | {len(walls)} | {at_once / wall:.1f} | {wall:.3f} | {steps} |")
+        lines.append(
+            f"| {connections} | {at_once} | {len(walls)} | {at_once / wall:.1f} | {wall:.3f} "
+            f"| {steps} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -93,6 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--at-once", default="1,4,8,16", help="comma list of processes started together"
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds per row (after a warm-up)")
+    parser.add_argument(
+        "--connections",
+        default="default,1",
+        help="comma list of CUDA_DEVICE_MAX_CONNECTIONS settings ('default': unset)",
+    )
     parser.add_argument("--out", help="also write the table here")
     args = parser.parse_args(argv)
     try:
@@ -101,6 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--at-once takes whole numbers, not {args.at_once!r}")
     if not counts or min(counts) < 1 or args.rounds < 1:
         parser.error("--at-once needs counts >= 1 and --rounds >= 1")
+    settings = [c.strip() for c in args.connections.split(",") if c.strip()]
+    if not settings or any(
+        c != "default" and not (c.isdigit() and 1 <= int(c) <= 32) for c in settings
+    ):
+        parser.error(
+            f"--connections takes 'default' and counts from 1 to 32, not {args.connections!r}"
+        )
 
     import torch  # noqa: F401 - imported before forking, as the zygote has it
 
@@ -112,14 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: this benchmark needs an NVIDIA GPU (CUDA did not start)", file=sys.stderr)
         return 2
     gpu = str(first[0]["gpu"])
-    rows = []
-    for at_once in counts:
-        walls, marks = [], []
-        for _ in range(args.rounds):
-            wall, round_marks = start_round(at_once)
-            walls.append(wall)
-            marks.extend(round_marks)
-        rows.append((at_once, walls, marks))
+    rows: list[Row] = []
+    for connections in settings:
+        for at_once in counts:
+            walls, marks = [], []
+            for _ in range(args.rounds):
+                wall, round_marks = start_round(at_once, connections)
+                walls.append(wall)
+                marks.extend(round_marks)
+            rows.append((connections, at_once, walls, marks))
     table = render(rows, gpu)
     print(table)
     if args.out:

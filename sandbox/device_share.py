@@ -124,7 +124,7 @@ _lock = threading.Lock()
 
 
 @functools.cache
-def _driver() -> _Driver:
+def cuda_driver() -> _Driver:
     try:
         return _Driver()
     except OSError as err:
@@ -224,7 +224,7 @@ class SharedBuffer:
         self.ordinal = ordinal
         self.pointer = 0
         self.created = False  # made here (counted in `_Usage`), not opened from another
-        driver = _driver()
+        driver = cuda_driver()
         address = ctypes.c_ulonglong()
         try:
             driver.check("cuMemAddressReserve", ctypes.byref(address), size, 0, 0, 0)
@@ -239,7 +239,7 @@ class SharedBuffer:
     @classmethod
     def create(cls, nbytes: int, ordinal: int = 0) -> SharedBuffer:
         """Fresh device memory for at least `nbytes` bytes."""
-        driver = _driver()
+        driver = cuda_driver()
         with _lock:
             driver.bind_context(ordinal)
         prop = _prop(ordinal)
@@ -262,7 +262,7 @@ class SharedBuffer:
     @classmethod
     def open(cls, fd: int, size: int, ordinal: int = 0) -> SharedBuffer:
         """Map the memory another process exported as `fd` (the caller still owns `fd`)."""
-        driver = _driver()
+        driver = cuda_driver()
         with _lock:
             driver.bind_context(ordinal)
         handle = ctypes.c_ulonglong()
@@ -277,7 +277,7 @@ class SharedBuffer:
     def export(self) -> int:
         """A new file descriptor for this memory; the caller sends it on and closes it."""
         fd = ctypes.c_int(-1)
-        _driver().check(
+        cuda_driver().check(
             "cuMemExportToShareableHandle", ctypes.byref(fd), self.handle, _HANDLE_POSIX_FD, 0
         )
         return fd.value
@@ -292,7 +292,7 @@ class SharedBuffer:
 
     def close(self, synchronize: bool = True) -> None:
         """Unmap and release (idempotent). Waits for the device: kernels may still read it."""
-        driver = _driver()
+        driver = cuda_driver()
         with _lock:
             driver.bind_context(self.ordinal)
         if synchronize:

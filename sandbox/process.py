@@ -79,6 +79,11 @@ def candidate_env(
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        # One hardware queue, not eight: the driver makes a context (which every candidate
+        # process must) in half the time, and one GPU starts twice as many processes a
+        # second (bench/cuda_startup.py). Timed work runs on one stream either way.
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     if spin_cycles_per_us is not None:
         env[SPIN_RATE_ENV] = repr(spin_cycles_per_us)
     extra = os.environ.get("DRTRITON_CANDIDATE_PYTHONPATH")

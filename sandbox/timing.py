@@ -6,7 +6,10 @@ and raises it only under load, and a short kernel's warm-up calls alone do not w
 flush the L2 cache and keep the GPU busy for a moment
 (`LAUNCH_COVER_US`) while the host enqueues the start event and the call, so the
 host's launch latency is not measured; call; record the end event on the same
-stream; synchronise the whole device before the next run. The candidate and the
+stream; synchronise the whole device before the next run. Where the driver allows, the
+stream is also held (`sandbox.stream_hold`) from before the spin until the end event is
+queued, so that no launch, however slow, and no descheduling of a process on a busy
+host is timed. The candidate and the
 eager/compiled references are timed by this same function so their overheads
 match. What the events cannot see (work a candidate slips onto another stream, an
 event timer it rigged from inside its process) the host clock can: the grader also
@@ -26,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.stream_hold import stream_hold
+
 L2_FLUSH_BYTES = 256 * 2**20  # several times the L2 of current GPUs
 LAUNCH_COVER_US = 100.0  # longer than the host needs to launch a few kernels
 WAKE_US = 5_000.0  # GPU spin before the warm-up calls: raises an idle clock
@@ -43,6 +48,8 @@ class Clock:
     busy: Callable[[], None]
     cycles_per_us: float
     wake: Callable[[], None] = lambda: None
+    hold: Callable[[], None] = lambda: None  # the stream waits here until `release`
+    release: Callable[[], None] = lambda: None
 
 
 def _cycles_per_us(
@@ -85,6 +92,7 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
         cycles_per_us = _cycles_per_us(sleep, base, synchronize)
     cover = int(LAUNCH_COVER_US * cycles_per_us)
     wake = int(WAKE_US * cycles_per_us)
+    held = stream_hold()
     return Clock(
         event_type=base,
         record=lambda event: record(event, current_stream()),
@@ -94,6 +102,8 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
         busy=lambda: sleep(cover),
         cycles_per_us=cycles_per_us,
         wake=lambda: sleep(wake),
+        hold=held.hold if held is not None else lambda: None,
+        release=held.release if held is not None else lambda: None,
     )
 
 
@@ -140,10 +150,14 @@ def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> li
         start = clock.event_type(enable_timing=True)
         end = clock.event_type(enable_timing=True)
         clock.flush()  # stream-ordered before the start event: no host round trip
-        clock.busy()
-        clock.record(start)
-        fn()
-        clock.record(end)
+        clock.hold()  # the GPU waits here until the whole run is queued
+        try:
+            clock.busy()
+            clock.record(start)
+            fn()
+            clock.record(end)
+        finally:
+            clock.release()
         clock.synchronize()
         pairs.append((start, end))
     clock.synchronize()

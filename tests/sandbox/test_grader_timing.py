@@ -260,7 +260,8 @@ def test_host_loops_last_long_enough_within_a_cap() -> None:
 
 
 def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
-    """wake, warm-up; flush, busy wait, start, call, end, device sync: the order it rests on."""
+    """wake, warm-up; flush, hold, busy wait, start, call, end, release, device sync: the
+    order it rests on."""
     from sandbox.timing import Clock, time_cuda
 
     log: list[str] = []
@@ -284,17 +285,30 @@ def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
         busy=lambda: log.append("busy"),
         cycles_per_us=1.0,
         wake=lambda: log.append("wake"),
+        hold=lambda: log.append("hold"),
+        release=lambda: log.append("release"),
     )
     times = time_cuda(lambda: log.append("call"), clock, runs=2, warmup=1)
     assert log == ["wake", "call", "sync"] + [
         "flush",
+        "hold",
         "busy",
         "record",
         "call",
         "record",
+        "release",
         "sync",
     ] * 2 + ["sync"]
     assert times == [1.0, 1.0]
+
+    def broken() -> None:
+        log.append("call")
+        raise RuntimeError("the candidate failed")
+
+    log.clear()
+    with pytest.raises(RuntimeError):
+        time_cuda(broken, clock, runs=1, warmup=0)
+    assert log[-2:] == ["call", "release"]  # a failed call leaves no stream held
 
 
 def test_the_larger_of_event_and_host_time_counts() -> None:

@@ -135,3 +135,15 @@ def test_a_gpu_zygote_starts_with_a_warm_compiler(tmp_path: Path) -> None:
     finally:
         zygote.close()
     assert any((tmp_path / ".triton").rglob("*.cubin"))
+
+
+def test_gpu_candidates_get_one_hardware_queue_cpu_candidates_the_interpreter(
+    tmp_path: Path,
+) -> None:
+    """One connection halves the driver's context creation: the start-up ceiling."""
+    gpu = candidate_env(str(tmp_path), "cuda")
+    assert gpu["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert "TRITON_INTERPRET" not in gpu
+    cpu = candidate_env(str(tmp_path), "cpu")
+    assert cpu["TRITON_INTERPRET"] == "1" and cpu["CUDA_VISIBLE_DEVICES"] == ""
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in cpu
