@@ -91,6 +91,7 @@ def test_a_held_stream_runs_nothing_until_released() -> None:
     hold = stream_hold()
     assert hold is not None, "this GPU's driver makes no stream hold: timing falls back"
     x = torch.ones(1 << 20, device="cuda")
+    x * 2  # loaded first: a kernel's lazy loading waits for the whole context, hold and all
     done = torch.cuda.Event()
     hold.hold()
     y = x * 2
