@@ -18,6 +18,10 @@ hang. The driver's stream memory operations (`cuStreamWaitValue32`) would need n
 kernel, but Linux drivers leave them off by default (`NVreg_EnableStreamMemOPs`): on an
 H200 with driver 580 the wait never returned. Where no hold can be made, `stream_hold`
 returns None and timing falls back to the spin alone.
+
+A kernel launched for the first time behind a hold makes the driver load it, and lazy
+loading waits for the whole context, the spinning hold included (until its timeout):
+`timing.time_cuda` calls the candidate in warm-up runs before any run is held.
 """
 
 from __future__ import annotations
