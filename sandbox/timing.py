@@ -50,6 +50,7 @@ class Clock:
     wake: Callable[[], None] = lambda: None
     hold: Callable[[], None] = lambda: None  # the stream waits here until `release`
     release: Callable[[], None] = lambda: None
+    held: bool = False  # whether `hold` really holds the stream (else the spin alone covers)
 
 
 def _cycles_per_us(
@@ -104,6 +105,7 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
         wake=lambda: sleep(wake),
         hold=held.hold if held is not None else lambda: None,
         release=held.release if held is not None else lambda: None,
+        held=held is not None,
     )
 
 
