@@ -39,7 +39,7 @@ class SandboxConfig:
     """
 
     device: str = "auto"
-    workers: int = max(1, min(4, (os.cpu_count() or 2) // 2))
+    workers: int = max(1, min(8, (os.cpu_count() or 2) // 2))  # 8 verified fastest on an H200
     queue_capacity: int = 256
     job_timeout_s: float = 120.0
     candidate_memory_mb: int = 8192
