@@ -141,7 +141,6 @@ def test_a_jobs_gpu_share_is_freed_only_once_its_candidate_is_gone(tmp_path: Pat
 def test_a_job_reserves_its_graders_copies_and_its_candidates_cap() -> None:
     """A GiB-sized job reserves what its grader and its candidate can hold at once."""
     from sandbox.grader import candidate_gpu_bytes, job_gpu_gib
-
     from sandbox.timing import L2_FLUSH_BYTES
 
     flush = L2_FLUSH_BYTES  # the timing clock's buffer, in the candidate's allocator
