@@ -21,7 +21,7 @@ programs that have a result and retrying infrastructure failures, and appends to
 `--retry timeout` (any failure verdicts) judges those programs again too, e.g. with a
 longer `--job-timeout` for the few whose eager baseline alone takes seconds a call, and
 `--rejudge relu,sigmoid` the programs of operators whose kernels the teacher now writes
-differently.
+differently (`--rejudge pointwise`: a whole family, e.g. after a change to the timing).
 Families are the teacher's template families (`synth.teacher.parse.OPERATORS`); a
 level-2 program is filed under its main operator's family, and counts as fused when
 the teacher emitted fewer kernels than it has operators.
@@ -945,6 +945,22 @@ def _git_commit() -> str:
     return commit + ("+" if dirty else "")
 
 
+def rejudge_operators(names: frozenset[str]) -> frozenset[str]:
+    """`--rejudge`'s operators: names as given, families expanded to their operators."""
+    from synth.operators import OPERATOR_NAMES
+    from synth.teacher.parse import OPERATORS
+
+    by_family: dict[str, set[str]] = {}
+    for name in OPERATOR_NAMES:
+        by_family.setdefault(OPERATORS[name].family, set()).add(name)
+    if unknown := sorted(names - set(OPERATOR_NAMES) - set(by_family)):
+        raise ValueError(
+            f"--rejudge takes operator or family names ({', '.join(sorted(by_family))}); "
+            f"not {', '.join(unknown)}"
+        )
+    return frozenset().union(*(by_family.get(name, {name}) for name in names))
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.teacher_bench", description=__doc__.split("\n\n")[0]
@@ -998,9 +1014,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--rejudge",
         default="",
         metavar="OPS",
-        help="with --resume: comma list of operators whose programs (those made only of them) "
-        "are judged again, after a change to how the teacher writes them; the new result "
-        "replaces the old one in the report",
+        help="with --resume: comma list of operators (or families: pointwise, reduction, ...) "
+        "whose programs (those made only of them) are judged again, after a change to how the "
+        "teacher writes them or to the sandbox's timing; the new result replaces the old one "
+        "in the report",
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
@@ -1024,10 +1041,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for flag, chosen in (("--retry", args.retry), ("--rejudge", args.rejudge)):
         if chosen and not args.resume:
             parser.error(f"{flag} needs --resume (a fresh run judges every program anyway)")
-    from synth.operators import OPERATOR_NAMES
-
-    if unknown := sorted(args.rejudge - set(OPERATOR_NAMES)):
-        parser.error(f"--rejudge takes operator names; not {', '.join(unknown)}")
+    try:
+        args.rejudge = rejudge_operators(args.rejudge)
+    except ValueError as error:
+        parser.error(str(error))
     failures = _failure_verdicts()
     if unknown := sorted(args.retry - failures):
         parser.error(

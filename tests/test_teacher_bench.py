@@ -280,6 +280,15 @@ def test_rejudge_judges_programs_made_only_of_chosen_operators_again() -> None:
     assert tb.done_ids(results, rejudge=rejudge) == {"mixed", "norm"}
 
 
+def test_rejudge_takes_families_for_all_their_operators() -> None:
+    from synth.teacher.parse import OPERATORS
+
+    chosen = tb.parse_args(["--quick", "--resume", "--rejudge", "pointwise,softmax"]).rejudge
+    assert {"relu", "sigmoid", "add", "softmax"} <= chosen
+    assert all(OPERATORS[name].family in ("pointwise", "softmax") for name in chosen)
+    assert "sum" not in chosen and "layer_norm" not in chosen
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [
