@@ -120,6 +120,7 @@ class Result:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     gpu_memory_gib: dict[str, float] = field(default_factory=dict)
     problem: str = ""  # kept for failures only, to reproduce them
+    label: str = ""  # the run's --label: a rejudge split over several runs resumes
 
     @property
     def correct(self) -> bool:
@@ -159,7 +160,9 @@ def first_line(text: str, limit: int = MAX_LISTED_CHARS) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def make_result(outcome: Any, record: dict[str, Any], verified: Any | None) -> Result:
+def make_result(
+    outcome: Any, record: dict[str, Any], verified: Any | None, label: str = ""
+) -> Result:
     """A `Result` from `synth.teacher.build`'s outcome and the sandbox's full reply."""
     ops = list(outcome.ops or record.get("ops") or [])
     families = [family_of(op) for op in ops]
@@ -187,6 +190,7 @@ def make_result(outcome: Any, record: dict[str, Any], verified: Any | None) -> R
         stage_seconds=dict(getattr(verified, "stage_seconds", None) or {}),
         gpu_memory_gib=dict(getattr(verified, "gpu_memory_gib", None) or {}),
         problem="" if correct else record["source"],
+        label=label,
     )
 
 
@@ -247,14 +251,18 @@ def done_ids(
     results: Iterable[Result],
     again: frozenset[str] = frozenset(),
     rejudge: frozenset[str] = frozenset(),
+    label: str | None = None,
 ) -> set[str]:
     """Programs a resumed run skips: those with a result that says something about the kernel,
     unless its verdict is one of `again` (`--retry`: a timeout, say, with a longer budget) or
-    all its operators are in `rejudge` (`--rejudge`: the teacher changed how it writes them)."""
+    all its operators are in `rejudge` (`--rejudge`: the teacher changed how it writes them)
+    and a run labelled otherwise than `label` judged it (a rejudge cut short goes on)."""
+
+    def again_now(r: Result) -> bool:
+        return bool(rejudge) and set(r.ops) <= rejudge and (not label or r.label != label)
+
     return {
-        r.program_id
-        for r in results
-        if not r.retry and r.verdict not in again and not (rejudge and set(r.ops) <= rejudge)
+        r.program_id for r in results if not r.retry and r.verdict not in again and not again_now(r)
     }
 
 
@@ -713,7 +721,9 @@ def verify_all(
                 return
             program = by_id[outcome.program_id]
             reply = replies.pop(program["source"], None)
-            log.write("result", dataclasses.asdict(make_result(outcome, program, reply)))
+            log.write(
+                "result", dataclasses.asdict(make_result(outcome, program, reply, args.label or ""))
+            )
 
         out = args.out_dir / PAIRS_NAME
         try:
@@ -876,13 +886,16 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
         if differences := setting_mismatches(earlier[0], meta, PROGRAM_SETTINGS):
             console.print(f"error: {_refusal(path, differences)}", markup=False, soft_wrap=True)
             return 2
-        done = done_ids(earlier[1], args.retry, args.rejudge)
+        done = done_ids(earlier[1], args.retry, args.rejudge, args.label)
         pending = [p for p in programs if program_id(p) not in done]
         retrying = sum(r.retry for r in earlier[1])
         again = sum(r.verdict in args.retry and not r.retry for r in earlier[1])
         asked = f", {again} with verdicts {', '.join(sorted(args.retry))} again" if again else ""
         if args.rejudge:
-            ours = sum(set(r.ops) <= args.rejudge and not r.retry for r in earlier[1])
+            ours = sum(
+                set(r.ops) <= args.rejudge and not r.retry and r.program_id not in done
+                for r in earlier[1]
+            )
             asked += f", {ours} made only of --rejudge operators again"
         console.print(
             f"resuming {path}: {len(programs) - len(pending)} of {len(programs)} programs done "
@@ -1017,7 +1030,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="with --resume: comma list of operators (or families: pointwise, reduction, ...) "
         "whose programs (those made only of them) are judged again, after a change to how the "
         "teacher writes them or to the sandbox's timing; the new result replaces the old one "
-        "in the report",
+        "in the report. Programs a run with this --label already judged are not judged again: "
+        "a rejudge cut short by --max-seconds goes on where it stopped",
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(

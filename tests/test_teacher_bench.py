@@ -280,6 +280,14 @@ def test_rejudge_judges_programs_made_only_of_chosen_operators_again() -> None:
     assert tb.done_ids(results, rejudge=rejudge) == {"mixed", "norm"}
 
 
+def test_rejudge_cut_short_goes_on_where_it_stopped() -> None:
+    rejudge = frozenset({"relu"})
+    old = _result("old", 1, ["relu"], ["pointwise"])
+    new = dataclasses.replace(_result("new", 1, ["relu"], ["pointwise"]), label="abc123")
+    assert tb.done_ids([old, new], rejudge=rejudge, label="abc123") == {"new"}
+    assert tb.done_ids([old, new], rejudge=rejudge, label="def456") == set()
+
+
 def test_rejudge_takes_families_for_all_their_operators() -> None:
     from synth.teacher.parse import OPERATORS
 
