@@ -337,3 +337,21 @@ def test_a_few_stray_infinities_do_not_make_a_problem_ill_posed() -> None:
     assert rejected.value.verdict == "bad_problem" and "4002 of 4000000" in rejected.value.message
     with pytest.raises(Rejected):
         Grader._check_reference([torch.full((8,), float("nan"))])
+
+
+def test_a_stray_zero_in_a_broadcast_divisor_is_one_row_of_infinities() -> None:
+    """An exact 0.0 in a [rows, 1] divisor makes a whole row of Infs: still a draw, not
+    an ill-posed problem; two rows' worth more than that is."""
+    from sandbox.grader import NONFINITE_LIMIT, STRAY_DRAWS, Grader, Rejected
+
+    numerator, divisor = torch.randn(4_000, 1_000), torch.randn(4_000, 1)
+    divisor[17] = 0.0
+    answer = numerator / divisor
+    assert int((~answer.isfinite()).sum()) == 1_000 > NONFINITE_LIMIT * answer.numel()
+    Grader._check_reference([answer], [numerator, divisor])  # accepted
+    divisor[: STRAY_DRAWS + 1] = 0.0
+    with pytest.raises(Rejected, match="bad_problem|NaN or Inf"):
+        Grader._check_reference([numerator / divisor], [numerator, divisor])
+    # Not for a scalar input: a zero there would be an all-Inf answer.
+    with pytest.raises(Rejected):
+        Grader._check_reference([numerator / 0.0], [numerator, torch.zeros(())])

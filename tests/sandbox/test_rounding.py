@@ -11,7 +11,18 @@ import pytest
 import torch
 
 from sandbox.client import SandboxClient
-from sandbox.compare import NOISE_FACTOR, compare_tensor, rounding_noise
+from sandbox.compare import (
+    NOISE_FACTOR,
+    TIE_CAP,
+    TIE_FACTOR,
+    TIE_SLACK,
+    Allowance,
+    allowance,
+    compare_tensor,
+    conclude,
+    measure,
+    rounding_noise,
+)
 from sandbox.problem import load_problem
 
 ROWS, COLS, BLOCK = 16, 8192, 512
@@ -129,15 +140,17 @@ def test_the_float64_reference_moves_to_the_host_when_the_gpu_is_full(
         return original(self, inputs, device)
 
     monkeypatch.setattr(Problem, "reference_float64", full_gpu)
-    (noise,) = Grader._rounding_noise(problem, inputs, expected)
+    (noise,) = Grader._rounding_noise(problem, inputs, expected, 1e-4, 1e-4)
     assert devices == [None, "cpu"]
-    assert noise > 0  # measured on the host: the row sums' rounding is allowed for
+    assert noise.atol > 0  # measured on the host: the row sums' rounding is allowed for
 
     def no_room(self: Problem, inputs: list, device: str | None = None) -> list:
         raise MemoryError if device == "cpu" else torch.cuda.OutOfMemoryError("full")
 
     monkeypatch.setattr(Problem, "reference_float64", no_room)
-    assert Grader._rounding_noise(problem, inputs, expected) is None  # not now, not never
+    assert (
+        Grader._rounding_noise(problem, inputs, expected, 1e-4, 1e-4) is None
+    )  # not now, not never
 
 
 def test_float64_reference_uses_float64_for_tensors_the_problem_creates(tmp_path) -> None:
@@ -199,3 +212,99 @@ def test_sandbox_allows_for_the_references_rounding(sandbox_client: SandboxClien
     )
     assert wrong.verdict == "wrong_output"
     assert "the reference's own float32 rounding" in wrong.message
+
+
+# Near-ties: each row's answer is which of its two sums is larger. In every TIE_EVERY-th
+# row the second half is the first reversed, equal sums in exact arithmetic that float32
+# rounds apart either way: the reference itself misses its exact answer there.
+TIE_ROWS, TIE_WIDTH, TIE_EVERY, TIE_BLOCK = 1 << 17, 64, 1 << 13, 256
+
+TIE_PROBLEM = f"""
+import torch
+
+def get_inputs():
+    x = torch.randn({TIE_ROWS}, 2, {TIE_WIDTH})
+    x[::{TIE_EVERY}, 1] = x[::{TIE_EVERY}, 0].flip(-1)
+    return [x]
+
+def fused_operator(x):
+    return [torch.argmax(x.sum(dim=2), dim=1).float()]
+"""
+
+TIE_KERNEL = f"""
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def larger_sum_kernel(x_ptr, out_ptr, rows, MARGIN: tl.constexpr, WIDTH: tl.constexpr,
+                      BLOCK: tl.constexpr):
+    row = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    col = tl.arange(0, WIDTH)
+    mask = row[:, None] < rows
+    first = x_ptr + row[:, None] * (2 * WIDTH) + col[None, :]
+    a = tl.sum(tl.load(first, mask=mask, other=0.0), axis=1)
+    b = tl.sum(tl.load(first + WIDTH, mask=mask, other=0.0), axis=1)
+    tl.store(out_ptr + row, tl.where(b > a + MARGIN, 1.0, 0.0), mask=row < rows)
+
+def triton_fused_operator(x):
+    x = x.contiguous()
+    out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(x.shape[0], {TIE_BLOCK}),)
+    larger_sum_kernel[grid](x, out, x.shape[0], MARGIN=MARGIN_VALUE, WIDTH={TIE_WIDTH},
+                            BLOCK={TIE_BLOCK})
+    return [out]
+"""
+
+
+def _indices_with_flips(n: int, flips: int) -> tuple[torch.Tensor, torch.Tensor]:
+    exact = torch.arange(n, dtype=torch.float64) % 7
+    approx = exact.float()
+    approx[torch.randperm(n, generator=torch.Generator().manual_seed(0))[:flips]] += 1
+    return approx, exact
+
+
+def test_allowance_counts_the_references_own_near_ties() -> None:
+    n = 1 << 20
+    approx, exact = _indices_with_flips(n, 12)  # 1.1e-5 of the elements
+    found = allowance(approx, exact, 1e-4, 1e-4)
+    assert found.atol == 0.0  # twelve flips are no rounding
+    assert found.misses == pytest.approx(TIE_FACTOR * 12 / n)
+    assert found.allowed(n) == 4 * 12 + TIE_SLACK
+    many = int(2 * TIE_CAP * n)  # more than ties: an unstable problem, no allowance
+    assert allowance(*_indices_with_flips(n, many), 1e-4, 1e-4) == Allowance(0.0, 0.0)
+    assert allowance(exact.float(), exact, 1e-4, 1e-4) == Allowance(0.0, 0.0)
+    # A reference that rounded the exact way everywhere: the nudged inputs find the ties.
+    moved, _ = _indices_with_flips(n, 12)
+    assert allowance(exact.float(), exact, 1e-4, 1e-4, moved.double()).misses == found.misses
+    nan = exact.float()
+    nan[3] = float("nan")  # NaN where exact arithmetic has a number: not a tie
+    assert allowance(nan, exact, 1e-4, 1e-4).misses == 0.0
+
+
+def test_allowed_misses_pass_and_one_more_fails() -> None:
+    expected = torch.arange(1000, dtype=torch.float32)
+    got = expected.clone()
+    got[:5] += 1
+    (within,), _ = conclude([measure(expected, got, 1e-4, 1e-4, allowed=5)])
+    assert within.passed and within.mismatch_fraction == pytest.approx(0.005)
+    (beyond,), _ = conclude([measure(expected, got, 1e-4, 1e-4, allowed=4)])
+    assert not beyond.passed
+    assert "5 of 1,000 values (0.5%) outside atol=0.0001 rtol=0.0001, 4 allowed" in beyond.message
+    got[7] = float("nan")  # NaN is never among the allowed misses
+    (nan,), _ = conclude([measure(expected, got, 1e-4, 1e-4, allowed=50)])
+    assert not nan.passed and "NaN/Inf" in nan.message
+
+
+def test_sandbox_allows_the_references_near_ties(sandbox_client: SandboxClient) -> None:
+    """An honest kernel breaks ties by its own rounding; a margin that misjudges one row in
+    three hundred is still wrong."""
+    honest = sandbox_client.verify(
+        TIE_PROBLEM, TIE_KERNEL.replace("MARGIN_VALUE", "0.0"), timing=False, trials=3
+    )
+    assert honest.verdict == "correct", honest.message
+    wrong = sandbox_client.verify(
+        TIE_PROBLEM, TIE_KERNEL.replace("MARGIN_VALUE", "0.05"), timing=False, trials=3
+    )
+    assert wrong.verdict == "wrong_output", wrong.message
+    assert "allowed" in wrong.message
