@@ -236,8 +236,9 @@ def test_a_rigged_event_timer_is_overruled_by_the_host_clock(timed: Any) -> None
     result = run(candidate)
     assert result.retimed
     assert result.candidate_ms >= 20.0  # the host clock's figure counts
-    # Never quicker than the events: every one of the repeated host loops ran.
-    assert candidate.wall_runs == [20] * 3
+    # Never quicker than the events: host loops ran until two agreed (a third, should a
+    # busy test host have delayed one of them by over 2%).
+    assert candidate.wall_runs in ([20] * 2, [20] * 3)
 
 
 def test_a_stalled_host_loop_does_not_slow_an_honest_kernel(timed: Any) -> None:
@@ -249,6 +250,18 @@ def test_a_stalled_host_loop_does_not_slow_an_honest_kernel(timed: Any) -> None:
     result = run(candidate)
     assert len(candidate.wall_runs) == 2  # a second loop, and none after it agreed
     assert result.candidate_ms == 5.0 and not result.retimed
+
+
+def test_host_loops_go_on_until_two_agree(timed: Any) -> None:
+    """A launch-bound kernel's host loops are all slower than its events: the quickest of
+    all three counts while they disagree."""
+    job_dir, run = timed
+    candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=1.0)
+    candidate.wall_delay_s = 0.004
+    candidate.wall_stalls = [0.4, 0.2]  # each of the first two loops lost time
+    result = run(candidate)
+    assert len(candidate.wall_runs) == 3
+    assert result.retimed and result.candidate_ms == pytest.approx(4.0, rel=0.25)
 
 
 def test_host_loops_last_long_enough_within_a_cap() -> None:
