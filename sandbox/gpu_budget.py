@@ -8,6 +8,11 @@ The budget is a file whose bytes stand for GiB: holding a POSIX byte-range lock 
 holds that GiB. The kernel releases a process's locks when it exits, so a grader that
 crashes cannot leak its share. A reservation takes all its bytes or none (no deadlock);
 one larger than the whole budget is clamped to it, so it runs alone.
+
+Reservations take turns (an exclusive `flock` on a second file, held while one waits for
+its memory): a job that needs 60 GiB waits for what is held to come free, and smaller jobs
+arriving meanwhile wait behind it, instead of taking each GiB as it frees and starving it
+until its deadline (as GiB programs among small ones were, 8 workers on one H200).
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ import fcntl
 import os
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import IO
 
 GIB = 2**30
 POLL_S = 0.05
+FIRST_POLL_S = 0.001  # the turn is mostly held for microseconds: look again soon, then back off
 
 
 class BudgetTimeout(Exception):
@@ -32,6 +39,7 @@ class GpuMemoryBudget:
         if capacity_gib < 1:
             raise ValueError("a GPU memory budget needs at least 1 GiB")
         self.path = path
+        self.turn_path = path + ".turn"
         self.capacity_gib = capacity_gib
 
     def _take(self, fd: int, want: int) -> list[int]:
@@ -50,6 +58,11 @@ class GpuMemoryBudget:
             return []
         return held
 
+    def _take_into(self, fd: int, want: int, held: list[int]) -> bool:
+        """`_take`, its bytes added to `held`; whether it got them."""
+        held.extend(self._take(fd, want))
+        return bool(held)
+
     @staticmethod
     def _give(fd: int, held: list[int]) -> None:
         for byte in held:
@@ -64,17 +77,37 @@ class GpuMemoryBudget:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         held: list[int] = []
         try:
-            while not (held := self._take(fd, want)):
-                if time.monotonic() >= deadline:
-                    raise BudgetTimeout(
-                        f"{want} GiB of GPU memory did not come free in time "
-                        f"(budget {self.capacity_gib} GiB shared by all graders)"
-                    )
-                time.sleep(POLL_S * (1 + random.random()))
+            with open(self.turn_path, "ab") as turn:
+                self._wait(lambda: _try_flock(turn), want, deadline)  # behind earlier waiters
+                try:
+                    self._wait(lambda: self._take_into(fd, want, held), want, deadline)
+                finally:
+                    fcntl.flock(turn, fcntl.LOCK_UN)
             yield want
         finally:
             self._give(fd, held)
             os.close(fd)
+
+    def _wait(self, ready: Callable[[], bool], want: int, deadline: float) -> None:
+        """Poll `ready` until it says yes, or raise BudgetTimeout at `deadline`."""
+        pause = FIRST_POLL_S
+        while not ready():
+            if time.monotonic() >= deadline:
+                raise BudgetTimeout(
+                    f"{want} GiB of GPU memory did not come free in time "
+                    f"(budget {self.capacity_gib} GiB shared by all graders)"
+                )
+            time.sleep(pause * (1 + random.random()))
+            pause = min(POLL_S, 2 * pause)
+
+
+def _try_flock(handle: IO[bytes]) -> bool:
+    """Take an exclusive flock without waiting; whether it was free."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def estimate_gib(io_bytes: int, factor: float = 3.0) -> int:

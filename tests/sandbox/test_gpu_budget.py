@@ -50,6 +50,33 @@ def test_what_fits_beside_a_holder_is_granted_at_once(tmp_path: Path) -> None:
     holder.join()
 
 
+def _request_later(
+    path: str, capacity: int, gib: int, delay: float, granted: object, hold: float
+) -> None:
+    time.sleep(delay)
+    with GpuMemoryBudget(path, capacity).reserve(gib, time.monotonic() + 10):
+        granted.value = time.time()  # type: ignore[attr-defined]
+        time.sleep(hold)
+
+
+def test_a_large_reservation_is_not_starved_by_smaller_ones(tmp_path: Path) -> None:
+    """A job that needs the whole budget waits for what is held; a small job arriving
+    while it waits queues behind it, even though the small one would fit at once."""
+    path = tmp_path / "budget"
+    holder = _holder(path, 4, 2, seconds=1.0)
+    context = multiprocessing.get_context("spawn")
+    small_granted = context.Value("d", 0.0)
+    small = context.Process(target=_request_later, args=(str(path), 4, 1, 0.3, small_granted, 0.1))
+    small.start()
+    with GpuMemoryBudget(str(path), 4).reserve(4, time.monotonic() + 10):
+        large_granted = time.time()
+        time.sleep(0.3)
+    small.join(10)
+    holder.join()
+    assert small.exitcode == 0
+    assert small_granted.value > large_granted  # 1 of 4 GiB was free all along
+
+
 def test_no_memory_before_the_deadline_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "budget"
     holder = _holder(path, 2, 2, seconds=5)
