@@ -4,9 +4,10 @@
 
 The call spins on the host for D microseconds (a slow Python launch, or a process
 descheduled on a busy host) and then runs relu over 2^28 float32 elements. The sandbox
-times it (`sandbox.timing.time_cuda`: flush the L2, spin 100 us on the GPU, start event,
-call, end event) once with the stream held until the whole run is queued
-(`sandbox.stream_hold`), and once with the spin alone: the baseline, in the same process.
+times it (`sandbox.timing.time_cuda`: per run flush the L2, start event, call, end event,
+runs back to back) once with the stream held until each run is queued
+(`sandbox.stream_hold`), and once with a 100 us GPU spin before the start event instead:
+the baseline, in the same process.
 Held, the reported time should not grow with D. Last, a call that synchronises inside the
 timed run: the hold lets itself go after its timeout, and the run still ends.
 """
