@@ -913,16 +913,13 @@ class Grader:
                 return [compare.Allowance()] * len(expected)
             if exact is None or len(exact) != len(expected):
                 return [compare.Allowance()] * len(expected)
-            moved = _nudged_reference(problem, inputs, device) if any(ties) else None
+            tied = list(ties) or [False] * len(exact)
+            moved = _nudged_reference(problem, inputs, device) if any(tied) else None
+            if moved is None or len(moved) != len(exact):
+                moved = [None] * len(exact)
             noise = [
                 compare.allowance(a, b, atol, rtol, m if tie else None)
-                for a, b, m, tie in zip(
-                    expected,
-                    exact,
-                    moved or [None] * len(exact),
-                    list(ties) + [False] * (len(exact) - len(ties)),
-                    strict=True,
-                )
+                for a, b, m, tie in zip(expected, exact, moved, tied, strict=True)
             ]
             del exact, moved  # before the inputs are narrowed back
         return noise
