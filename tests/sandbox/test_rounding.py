@@ -7,6 +7,8 @@ measures that rounding once per problem (the reference in float64) and allows fo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -307,4 +309,6 @@ def test_sandbox_allows_the_references_near_ties(sandbox_client: SandboxClient) 
         TIE_PROBLEM, TIE_KERNEL.replace("MARGIN_VALUE", "0.05"), timing=False, trials=3
     )
     assert wrong.verdict == "wrong_output", wrong.message
-    assert "allowed" in wrong.message
+    # Counted either way: beside the allowance where the honest kernel's own flips had it
+    # measured (Triton's interpreter), alone where its sums round as the reference's (a GPU).
+    assert re.search(r"\d+ of 131,072 values \([\d.]+%\) outside", wrong.message), wrong.message
