@@ -1178,7 +1178,14 @@ class Grader:
     def _measure_baselines(
         self, entry: _ProblemEntry, names: list[str], result: VerifyResult
     ) -> None:
-        from sandbox.timing import reported_ms, summarize, time_cuda, time_wall
+        from sandbox.timing import (
+            BASELINE_HOST_SLACK,
+            HOST_LOOP_REPEATS,
+            quickest_loop,
+            summarize,
+            time_cuda,
+            time_wall,
+        )
 
         problem = entry.problem
         seed = secrets.randbits(48)
@@ -1204,8 +1211,12 @@ class Grader:
                         call = functools.partial(fn, *inputs)
                         n, n_warm = _loop_sizes(time_wall(call, self.clock, 1), runs, warmup)
                         event_ms = summarize(time_cuda(call, self.clock, n, n_warm))[0]
-                        host = time_wall(call, self.clock, _baseline_host_runs(event_ms, n))
-                        value = reported_ms(event_ms, host)[0]
+                        host_runs = _baseline_host_runs(event_ms, n)
+                        loops = (
+                            time_wall(call, self.clock, host_runs) for _ in range(HOST_LOOP_REPEATS)
+                        )
+                        host = quickest_loop(event_ms, loops, BASELINE_HOST_SLACK)
+                        value = event_ms if host <= event_ms * (1 + BASELINE_HOST_SLACK) else host
                     except Exception:  # noqa: BLE001 - a baseline that cannot run is missing
                         value = None
                 entry.baseline_ms[name] = value
@@ -1314,40 +1325,44 @@ class Grader:
 
         Back-to-back calls ending in a device-wide synchronisation, less one empty round
         trip. A loop lasts about `timing.HOST_LOOP_MS`, and the quickest of up to
-        `timing.HOST_LOOP_REPEATS` loops counts (no more once one is no slower than the
-        events, or two agree within `timing.HOST_LOOP_AGREE`): a process descheduled
-        during a request only ever adds to a loop, and on a busy host that came to
-        milliseconds per call in a loop of a dozen runs.
+        `timing.HOST_LOOP_REPEATS` loops counts (no more once one comes within
+        `timing.HOST_LOOP_AGREE` of the events): a process descheduled during a request
+        only ever adds to a loop, and on a busy host that came to milliseconds per call in
+        a loop of a dozen runs.
         """
-        from sandbox.timing import HOST_LOOP_AGREE, HOST_LOOP_REPEATS, host_timed_runs
+        from sandbox.timing import (
+            HOST_LOOP_AGREE,
+            HOST_LOOP_REPEATS,
+            host_timed_runs,
+            quickest_loop,
+        )
 
         wall_runs = host_timed_runs(event_ms, runs)
         lease_s += TIMING_LEASE_FACTOR * wall_runs * event_ms / 1e3
-        best = math.inf
         replies: list[dict[str, Any]] = []
-        for _ in range(HOST_LOOP_REPEATS):
-            started = time.perf_counter()
-            proc.request(deadline, cmd="ping")
-            round_trip = time.perf_counter() - started
-            started = time.perf_counter()
-            reply = proc.request(
-                min(deadline, time.monotonic() + lease_s),
-                cmd="time",
-                slot="wall",
-                runs=wall_runs,
-                warmup=0,
-                wall=True,
-            )
-            elapsed = time.perf_counter() - started - round_trip
-            replies.append(reply)
-            if not reply.get("ok"):
-                break
-            # The warm-up call plus `wall_runs` back-to-back calls.
-            loop_ms = max(0.0, elapsed) * 1e3 / (wall_runs + 1)
-            agrees = math.isfinite(best) and abs(loop_ms - best) <= HOST_LOOP_AGREE * best
-            best = min(best, loop_ms)
-            if best <= event_ms or agrees:
-                break
+
+        def loops() -> Iterator[float]:
+            for _ in range(HOST_LOOP_REPEATS):
+                started = time.perf_counter()
+                proc.request(deadline, cmd="ping")
+                round_trip = time.perf_counter() - started
+                started = time.perf_counter()
+                reply = proc.request(
+                    min(deadline, time.monotonic() + lease_s),
+                    cmd="time",
+                    slot="wall",
+                    runs=wall_runs,
+                    warmup=0,
+                    wall=True,
+                )
+                elapsed = time.perf_counter() - started - round_trip
+                replies.append(reply)
+                if not reply.get("ok"):
+                    return
+                # The warm-up call plus `wall_runs` back-to-back calls.
+                yield max(0.0, elapsed) * 1e3 / (wall_runs + 1)
+
+        best = quickest_loop(event_ms, loops(), HOST_LOOP_AGREE)
         return (best if math.isfinite(best) else 0.0), replies
 
     @contextlib.contextmanager
