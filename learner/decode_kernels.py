@@ -167,7 +167,10 @@ def _dot_rows(
 
     zeros = tuple(tuple(jnp.zeros((block_n,), f32) for _ in starts) for _ in range(rows))
     ssq0 = tuple(jnp.zeros((), f32) for _ in range(rows)) if with_norm else ()
-    accs, ssqs = jax.lax.fori_loop(0, steps, step, (zeros, ssq0))
+    if steps == 1:  # straight-line code: the epilogue's loads can be scheduled beside it
+        accs, ssqs = step(jnp.int32(0), (zeros, ssq0))
+    else:
+        accs, ssqs = jax.lax.fori_loop(0, steps, step, (zeros, ssq0))
     return [list(a) for a in accs], (list(ssqs) if with_norm else None)
 
 
@@ -190,11 +193,12 @@ def _matvec_residual_kernel(
 ) -> None:
     n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
     n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
+    # Loaded first: its round trip overlaps the weights' instead of following it.
+    residuals = [_load(res_ref.at[np.int32(r), pl.ds(n0, block_n)], n_ok) for r in range(rows)]
     accs, _ = _dot_rows(
         x_ref, w_ref, [n0], n_ok, rows=rows, k=k, block_n=block_n, block_k=block_k, with_norm=False
     )
-    for r in range(rows):
-        res = _load(res_ref.at[np.int32(r), pl.ds(n0, block_n)], n_ok)
+    for r, res in enumerate(residuals):
         y = res + accs[r][0].astype(res.dtype)
         plgpu.store(o_ref.at[np.int32(r), pl.ds(n0, block_n)], y, mask=n_ok)
 
@@ -430,6 +434,11 @@ def _qkv_rope_kernel(
     j_ok = (j0 + jnp.arange(block_j) < half) if half % block_j else None
     first = head * head_dim + j0  # rows of the first half of this head's dimensions
     second = first + half  # and of their rotation partners
+    # The epilogue's operands first: their round trips overlap the weights'.
+    bias_a = _load(b_ref.at[pl.ds(first, block_j)], j_ok)
+    bias_b = _load(b_ref.at[pl.ds(second, block_j)], j_ok)
+    sins = [_load(sin_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok) for r in range(rows)]
+    coss = [_load(cos_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok) for r in range(rows)]
     accs, ssqs = _dot_rows(
         x_ref,
         w_ref,
@@ -443,15 +452,11 @@ def _qkv_rope_kernel(
     )
     assert ssqs is not None
     dtype = o_ref.dtype
-    bias_a = _load(b_ref.at[pl.ds(first, block_j)], j_ok)
-    bias_b = _load(b_ref.at[pl.ds(second, block_j)], j_ok)
     rotate = head % slots != slots - 1  # the last slot of each KV group is the value head
-    for r in range(rows):
+    for r, (sin, cos) in enumerate(zip(sins, coss, strict=True)):
         inv = jax.lax.rsqrt(ssqs[r] / k + eps)
         a = (accs[r][0] * inv).astype(dtype) + bias_a
         b = (accs[r][1] * inv).astype(dtype) + bias_b
-        sin = _load(sin_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok)
-        cos = _load(cos_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok)
         a32, b32 = a.astype(f32), b.astype(f32)
         a = jnp.where(rotate, (a32 * cos - b32 * sin).astype(dtype), a)
         b = jnp.where(rotate, (b32 * cos + a32 * sin).astype(dtype), b)
