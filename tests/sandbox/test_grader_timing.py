@@ -475,3 +475,41 @@ def test_a_baselines_delayed_host_loop_is_checked_again_not_counted(
     assert len(host_loops) == 3  # sizing, the delayed check, one more that agreed
     assert entry.baseline_ms["eager"] == pytest.approx(10.0, rel=0.1)
     assert entry.baseline_ms["eager"] < host_loops[1]
+
+
+def test_a_slow_baselines_host_check_runs_once_even_when_it_disagrees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Work the events miss (a host check well above them) counts, and a call longer than
+    the host loop is not checked three times over: each check would cost its seconds."""
+    import sandbox.timing
+
+    config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5, timing_warmup=1)
+    grader = Grader(config, "cpu")
+    grader.gate = GpuGate(str(tmp_path))
+    grader.clock = _host_clock()
+    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+
+    def slow_relu(x: torch.Tensor) -> list[torch.Tensor]:
+        time.sleep(0.12)  # longer than the host loop (`timing.HOST_LOOP_MS`)
+        return [torch.relu(x)]
+
+    entry.problem.reference_fn = slow_relu
+    real_time_wall = sandbox.timing.time_wall
+    host_loops: list[float] = []
+
+    def off_stream_work(fn: Any, clock: Any, runs: int) -> float:
+        ms = real_time_wall(fn, clock, runs)
+        if host_loops:  # after the sizing call: twice the events' figure
+            ms *= 2
+        host_loops.append(ms)
+        return ms
+
+    monkeypatch.setattr(sandbox.timing, "time_wall", off_stream_work)
+    result = VerifyResult(verdict="correct")
+    try:
+        grader._measure_baselines(entry, ["eager"], result)
+    finally:
+        grader.close()
+    assert len(host_loops) == 2  # sizing and one host check
+    assert entry.baseline_ms["eager"] == pytest.approx(240, rel=0.3)
