@@ -437,79 +437,68 @@ def test_a_slow_baseline_is_timed_without_a_long_host_check(tmp_path: Path) -> N
     assert len(calls) == 10
 
 
+def _baseline_host_checks(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    call_s: float,
+    slower: Callable[[int], float],
+) -> tuple[float | None, list[float]]:
+    """The eager baseline of a reference that sleeps `call_s` a call, timed by host-clock
+    events, with host loop i (0: the sizing call) reading `slower(i)` times its real time.
+    Returns the baseline and every host loop's figure."""
+    import sandbox.timing
+
+    config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5, timing_warmup=1)
+    grader = Grader(config, "cpu")
+    grader.gate = GpuGate(str(tmp_path))
+    grader.clock = _host_clock()
+    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+
+    def sleepy_relu(x: torch.Tensor) -> list[torch.Tensor]:
+        time.sleep(call_s)
+        return [torch.relu(x)]
+
+    entry.problem.reference_fn = sleepy_relu
+    real_time_wall = sandbox.timing.time_wall
+    host_loops: list[float] = []
+
+    def skewed(fn: Any, clock: Any, runs: int) -> float:
+        ms = real_time_wall(fn, clock, runs) * slower(len(host_loops))
+        host_loops.append(ms)
+        return ms
+
+    monkeypatch.setattr(sandbox.timing, "time_wall", skewed)
+    try:
+        grader._measure_baselines(entry, ["eager"], VerifyResult(verdict="correct"))
+    finally:
+        grader.close()
+    return entry.baseline_ms["eager"], host_loops
+
+
 def test_a_baselines_delayed_host_loop_is_checked_again_not_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The grader's own scheduling delays in a baseline's host loop would be cached with it
     and bias every candidate of the problem: a loop well above the events is run again,
     and one close to them leaves the events' figure."""
-    import sandbox.timing
-
-    config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5, timing_warmup=1)
-    grader = Grader(config, "cpu")
-    grader.gate = GpuGate(str(tmp_path))
-    grader.clock = _host_clock()
-    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
-
-    def steady_relu(x: torch.Tensor) -> list[torch.Tensor]:
-        time.sleep(0.01)
-        return [torch.relu(x)]
-
-    entry.problem.reference_fn = steady_relu
-    real_time_wall = sandbox.timing.time_wall
-    host_loops: list[float] = []
-
-    def delayed_first_check(fn: Any, clock: Any, runs: int) -> float:
-        ms = real_time_wall(fn, clock, runs)
-        if len(host_loops) == 1:  # the first host check (after the sizing call) lost 30%
-            ms *= 1.3
-        host_loops.append(ms)
-        return ms
-
-    monkeypatch.setattr(sandbox.timing, "time_wall", delayed_first_check)
-    result = VerifyResult(verdict="correct")
-    try:
-        grader._measure_baselines(entry, ["eager"], result)
-    finally:
-        grader.close()
+    # The first host check (after the sizing call) lost 30%.
+    eager, host_loops = _baseline_host_checks(
+        tmp_path, monkeypatch, 0.01, lambda i: 1.3 if i == 1 else 1.0
+    )
     assert len(host_loops) == 3  # sizing, the delayed check, one more that agreed
-    assert entry.baseline_ms["eager"] == pytest.approx(10.0, rel=0.1)
-    assert entry.baseline_ms["eager"] < host_loops[1]
+    assert eager == pytest.approx(10.0, rel=0.1)
+    assert eager < host_loops[1]
 
 
 def test_a_slow_baselines_host_check_runs_once_even_when_it_disagrees(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Work the events miss (a host check well above them) counts, and a call longer than
-    the host loop is not checked three times over: each check would cost its seconds."""
-    import sandbox.timing
-
-    config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5, timing_warmup=1)
-    grader = Grader(config, "cpu")
-    grader.gate = GpuGate(str(tmp_path))
-    grader.clock = _host_clock()
-    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
-
-    def slow_relu(x: torch.Tensor) -> list[torch.Tensor]:
-        time.sleep(0.12)  # longer than the host loop (`timing.HOST_LOOP_MS`)
-        return [torch.relu(x)]
-
-    entry.problem.reference_fn = slow_relu
-    real_time_wall = sandbox.timing.time_wall
-    host_loops: list[float] = []
-
-    def off_stream_work(fn: Any, clock: Any, runs: int) -> float:
-        ms = real_time_wall(fn, clock, runs)
-        if host_loops:  # after the sizing call: twice the events' figure
-            ms *= 2
-        host_loops.append(ms)
-        return ms
-
-    monkeypatch.setattr(sandbox.timing, "time_wall", off_stream_work)
-    result = VerifyResult(verdict="correct")
-    try:
-        grader._measure_baselines(entry, ["eager"], result)
-    finally:
-        grader.close()
+    the host loop (`timing.HOST_LOOP_MS`) is not checked three times over: each check
+    would cost its seconds."""
+    # After the sizing call every host check reads twice the events' figure.
+    eager, host_loops = _baseline_host_checks(
+        tmp_path, monkeypatch, 0.12, lambda i: 2.0 if i else 1.0
+    )
     assert len(host_loops) == 2  # sizing and one host check
-    assert entry.baseline_ms["eager"] == pytest.approx(240, rel=0.3)
+    assert eager == pytest.approx(240, rel=0.3)
