@@ -28,6 +28,12 @@ CHUNK_ELEMENTS = 1 << 23
 # about twice PyTorch's error, and by a Gaussian tail's worth more over many elements.
 NOISE_FACTOR = 4.0
 NOISE_QUANTILE = 0.999
+# Below this many finite elements the quantile is their largest error, a noisy measure of
+# the error's scale (a 16-value row sum allowed too little on about one draw in 400), so
+# it is at least NOISE_RMS_FACTOR times their root mean square (none short in 2,000).
+# Larger outputs keep the quantile alone: it ignores a stray element where the RMS would not.
+NOISE_FEW = 1000
+NOISE_RMS_FACTOR = 3.0
 NOISE_SAMPLE = 1 << 20
 # Errors above this fraction of the output's scale are not rounding: a comparison or a
 # rounding op that went the other way (those must not widen the tolerance). Rounding
@@ -251,7 +257,9 @@ def rounding_noise(approx: torch.Tensor, exact: torch.Tensor) -> float:
     thousands) misses atol = 1e-4 by rounding alone, near the zeros of its output, so an
     honest kernel that sums in another order fails against a reference no more exact
     than itself. The allowance is NOISE_FACTOR times the NOISE_QUANTILE of
-    |approx - exact| over a strided sample, and 0 when that error looks like a branch taken
+    |approx - exact| over a strided sample (over fewer than NOISE_FEW values, at least
+    NOISE_RMS_FACTOR times their root mean square), and 0 when that error looks like a
+    branch taken
     differently rather than rounding (above NOISE_CAP of the output's largest magnitude),
     when the output is not floating point, or when it has no finite values.
     """
@@ -272,6 +280,8 @@ def rounding_noise(approx: torch.Tensor, exact: torch.Tensor) -> float:
     error = (sample_approx - sample_exact).abs()[finite]
     scale = float(sample_exact[finite].abs().max())
     noise = float(torch.quantile(error, NOISE_QUANTILE))
+    if error.numel() < NOISE_FEW:
+        noise = max(noise, NOISE_RMS_FACTOR * float(error.square().mean().sqrt()))
     if noise > NOISE_CAP * scale:
         return 0.0
     return NOISE_FACTOR * noise

@@ -155,6 +155,22 @@ def test_the_float64_reference_moves_to_the_host_when_the_gpu_is_full(
     )  # not now, not never
 
 
+def test_a_few_elements_allowance_covers_other_draws() -> None:
+    """The allowance is measured on one draw of inputs and serves every later one: over an
+    output of 16 values it must not hang on how large that draw's few errors happened to
+    be (the 0.999 quantile alone fell short on 3 draws of these 400)."""
+    short = []
+    for seed in range(400):
+        draws = torch.Generator().manual_seed(seed)
+        x = torch.randn(ROWS, COLS, generator=draws)
+        noise = rounding_noise(x.sum(dim=1), x.double().sum(dim=1))
+        y = torch.randn(ROWS, COLS, generator=draws)
+        miss = float((_blocked_row_sum(y) - y.sum(dim=1)).abs().max())
+        if miss > noise:
+            short.append(seed)
+    assert short == []
+
+
 def test_float64_reference_uses_float64_for_tensors_the_problem_creates(tmp_path) -> None:
     source = """
 import torch
