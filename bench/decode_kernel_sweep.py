@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=1536, help="KV cache slots")
     parser.add_argument("--layers", type=int, default=8, help="weight sets per call")
     parser.add_argument("--repeats", type=int, default=5, help="calls of each setting traced")
-    parser.add_argument("--bandwidth", type=float, default=3800.0, help="copy GB/s, for %")
+    parser.add_argument("--bandwidth", type=float, default=3800.0, help="copy GB/s, for %%")
     parser.add_argument("--lower-only", action="store_true", help="lower every setting, no GPU")
     parser.add_argument("--out", type=Path, help="write the markdown table here")
     args = parser.parse_args(argv)

@@ -481,7 +481,8 @@ def cpu_times() -> tuple[float, float]:
 
 
 def stage_table(rows: list[Row]) -> list[str]:
-    """Median seconds per stage and row: where a verification's wall time goes."""
+    """Median, mean and max seconds per stage and row: where a verification's wall time goes
+    (the means of the undotted stages add up to a worker's time per job; medians do not)."""
     names = [n for n in STAGE_ORDER if any(n in r.stages for r in rows)]
     names += sorted({n for r in rows for n in r.stages} - set(names))
     lines = [
@@ -494,7 +495,12 @@ def stage_table(rows: list[Row]) -> list[str]:
             values = row.stages.get(name, [])
             # Stages a job skipped (a cached baseline) count as 0 s.
             values = values + [0.0] * (row.count - len(values)) if values else []
-            cells.append(f"{statistics.median(values):.3f} / {max(values):.2f}" if values else "-")
+            cells.append(
+                f"{statistics.median(values):.3f} / {statistics.fmean(values):.3f} / "
+                f"{max(values):.2f}"
+                if values
+                else "-"
+            )
         lines.append(f"| {row.workers} x {row.per_problem} | " + " | ".join(cells) + " |")
     return lines
 
@@ -531,7 +537,7 @@ def render(
             ", ".join(f"{k} {v}" for k, v in sorted(row.plain_outcomes.items())) or "n/a",
         ]
         md.append("| " + " | ".join(cells) + " |")
-    md += ["", "## Where the time goes (median / max seconds per verification)", ""]
+    md += ["", "## Where the time goes (median / mean / max seconds per verification)", ""]
     md += stage_table(rows)
     md += ["", "## Timing fidelity", "", *fidelity_lines]
     if notes:

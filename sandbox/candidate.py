@@ -283,6 +283,7 @@ class Harness:
             inputs = [self._tensor(s, shared=False) for s in msg["inputs"]]
         else:
             inputs = self._inputs(msg["inputs"])
+        inputs_s = time.perf_counter() - self.received
         call = self.guard.candidate_call(msg["mode"])
         tampered = None
         try:
@@ -298,6 +299,7 @@ class Harness:
             self.fail(error)
             return
         launches = self.guard.launches
+        copied = time.perf_counter()
         if tampered:
             self.reply(ok=False, error_type="tampering", message=tampered)
             return
@@ -349,6 +351,8 @@ class Harness:
             outputs=outputs,
             # As this process measured them, for the grader's stage accounting only.
             call_s=call_s,
+            inputs_s=inputs_s,
+            outputs_s=time.perf_counter() - copied,
             harness_s=time.perf_counter() - self.received,
         )
 

@@ -7,13 +7,18 @@ them, so a kernel timed while other jobs run its trials measures their work too
 reader-writer lock across processes:
 
 - `shared()`: a job's correctness work (references, trials, comparisons). Many at once.
-- `exclusive()`: one timed loop, with no shared holder on the GPU. A writer that is
-  waiting blocks new readers (writer preference), so timing cannot starve.
+- `exclusive()`: one timed loop, with no shared holder on the GPU. While any writer
+  waits, no new reader starts (writer preference), so timing cannot starve; and the
+  writers waiting then take the GPU one after another, so that one drain of the readers
+  serves all of them. A drain costs the GPU: it runs only the work of the readers still
+  finishing, while new ones wait. (With one turnstile, readers slipped in between two
+  waiting writers, and each writer drained them again.)
 
-Two `flock` files make it: the turnstile, which a writer holds from the moment it wants
-the gate, and which every reader passes through; and the gate itself, shared by readers
-and exclusive for the writer. The kernel drops a process's locks when it dies, so a
-crashed grader cannot wedge the host. A shared hold can be given up early
+Two `flock` files make it: the writers' file, held shared by every writer from the moment
+it wants the gate until it has let it go, which a reader must hold exclusively (no
+writer waiting) for the moment it takes its share; and the gate itself, shared by
+readers and exclusive for one writer at a time. The kernel drops a process's locks when
+it dies, so a crashed grader cannot wedge the host. A shared hold can be given up early
 (`SharedHold.release`): a grader does so when a candidate keeps the GPU longer than
 its lease, so that one slow or hanging candidate delays the timed loops of others by
 a bounded time only. Such a call goes on running on the GPU, though: it marks the GPU
@@ -86,7 +91,7 @@ class ExclusiveHold:
 class GpuGate:
     def __init__(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
-        self.turnstile_path = os.path.join(directory, "gpu-gate.turnstile")
+        self.writers_path = os.path.join(directory, "gpu-gate.writers")
         self.gate_path = os.path.join(directory, "gpu-gate.lock")
         self.overrun_path = os.path.join(directory, "gpu-gate.overrun")
 
@@ -96,14 +101,14 @@ class GpuGate:
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[SharedHold]:
-        """Hold the gate with other correctness work; waits while a timed loop wants it."""
+        """Hold the gate with other correctness work; waits while any timed loop wants it."""
         started = time.monotonic()
-        with self._open(self.turnstile_path) as turnstile, self._open(self.gate_path) as gate:
-            fcntl.flock(turnstile, fcntl.LOCK_EX)
+        with self._open(self.writers_path) as writers, self._open(self.gate_path) as gate:
+            fcntl.flock(writers, fcntl.LOCK_EX)  # no writer waits or holds the gate now...
             try:
-                fcntl.flock(gate, fcntl.LOCK_SH)
+                fcntl.flock(gate, fcntl.LOCK_SH)  # ...so this never waits
             finally:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
+                fcntl.flock(writers, fcntl.LOCK_UN)
             hold = SharedHold(gate, self.overrun_path)
             hold.waited_s = time.monotonic() - started
             try:
@@ -116,8 +121,8 @@ class GpuGate:
         """Hold the GPU alone, then wait up to `quiet_within` seconds for other jobs'
         overrunning calls to end; yields what was waited for."""
         started = time.monotonic()
-        with self._open(self.turnstile_path) as turnstile, self._open(self.gate_path) as gate:
-            fcntl.flock(turnstile, fcntl.LOCK_EX)
+        with self._open(self.writers_path) as writers, self._open(self.gate_path) as gate:
+            fcntl.flock(writers, fcntl.LOCK_SH)  # from now on no new reader starts
             try:
                 fcntl.flock(gate, fcntl.LOCK_EX)
                 try:
@@ -129,7 +134,7 @@ class GpuGate:
                 finally:
                     fcntl.flock(gate, fcntl.LOCK_UN)
             finally:
-                fcntl.flock(turnstile, fcntl.LOCK_UN)
+                fcntl.flock(writers, fcntl.LOCK_UN)  # after the gate: readers never wait on it
 
     def _wait_quiet(self, until: float) -> bool:
         """Whether every overrun mark was gone by `until` (looked at once at least)."""

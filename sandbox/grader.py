@@ -761,6 +761,10 @@ class Grader:
             )
         _add_reported_stage(result, "run.harness", reply.get("harness_s"))
         _add_reported_stage(result, "run.call", reply.get("call_s"))
+        _add_reported_stage(result, "run.inputs", reply.get("inputs_s"))
+        _add_reported_stage(result, "run.outputs", reply.get("outputs_s"))
+        if mode != "normal":  # the checks' calls apart from the trials'
+            _add_reported_stage(result, f"run.{mode}.harness", reply.get("harness_s"))
         self._raise_failure(reply)
         with _stage(result, "run.judge"):
             # One input on the device at a time (a file is copied), compared there.
@@ -1272,17 +1276,19 @@ class Grader:
         median = spread = host_ms = 0.0
         with self._exclusive(result), _raised_priority(proc):
             try:
-                events = proc.request(
-                    min(deadline, time.monotonic() + lease_s),
-                    cmd="time",
-                    slot="events",
-                    runs=runs,
-                    warmup=warmup,
-                )
+                with _stage(result, "timing.events"):
+                    events = proc.request(
+                        min(deadline, time.monotonic() + lease_s),
+                        cmd="time",
+                        slot="events",
+                        runs=runs,
+                        warmup=warmup,
+                    )
                 times = _event_times(events, runs)
                 if times:
                     median, spread = summarize(times)
-                    host_ms, walls = self._host_time(proc, median, runs, lease_s, deadline)
+                    with _stage(result, "timing.host"):
+                        host_ms, walls = self._host_time(proc, median, runs, lease_s, deadline)
             except CandidateDied as death:
                 if death.verdict == "timeout" and time.monotonic() < deadline:
                     raise CandidateDied(

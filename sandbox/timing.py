@@ -83,6 +83,9 @@ def bind_clock(cycles_per_us: float | None = None) -> Clock:
     base = torch._C._CudaEventBase
     flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     zero = torch.Tensor.zero_
+    # CUDA loads a kernel on its first launch: the int32 fill is loaded here, at start,
+    # not in a timed loop or a check (`guard._poison` writes NaN with it too).
+    zero(flush_buffer)
     record = base.record
     current_stream = torch.cuda.current_stream
     synchronize = torch._C._cuda_synchronize

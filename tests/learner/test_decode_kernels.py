@@ -240,11 +240,12 @@ def test_uses_pallas(kernels: str, batch: int, time: int, backend: str, want: bo
     assert qwen2.uses_pallas(kernels, batch, time, backend) is want
 
 
-def test_default_sampler_on_cpu_decodes_with_xla(model: qwen2.Qwen2) -> None:
+def test_default_sampler_decodes_with_pallas_on_a_gpu_only(model: qwen2.Qwen2) -> None:
     """ "auto", the default, keeps the interpreter out of decoding off the GPU."""
     sampler = S.Sampler(model, prompt_bucket=8, chunk=4)
     assert sampler.decode_kernels == "auto"
-    assert not qwen2.uses_pallas(sampler.decode_kernels, 1, 1)
+    on_gpu = jax.default_backend() == "gpu"
+    assert qwen2.uses_pallas(sampler.decode_kernels, 1, 1) is on_gpu
 
 
 def test_bad_decode_kernels_raise(model: qwen2.Qwen2) -> None:

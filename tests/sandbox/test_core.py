@@ -208,6 +208,26 @@ def test_noop_calls_get_nan_for_fresh_memory() -> None:
     assert _with_guard(code) == "True True True [0.0, 0.0, 0.0] [2.0, 2.0, 2.0] None"
 
 
+def test_every_dtype_is_poisoned_within_its_range() -> None:
+    # An int8 or int16 result once raised (the int32 sentinel overflows them): the poison
+    # check failed with the candidate's runtime error instead of judging it. Floats are
+    # written as NaN's bits through an integer view (`guard._NAN_BITS`).
+    dtypes = (
+        "float16, bfloat16, float32, float64, complex64, bool, uint8, int8, int16, int32, int64"
+    )
+    code = (
+        "with guard.candidate_call('noop'):\n"
+        f"    made = [torch.empty(4, dtype=getattr(torch, d)) for d in '{dtypes}'.split(', ')]\n"
+        "print(sorted({str(t.flatten()[0].item()) for t in made}))\n"
+        "print(all(bool(t.isnan().all()) for t in made if t.is_floating_point()))"
+    )
+    values, floats_nan = _with_guard(code).splitlines()
+    assert set(eval(values)) == {  # noqa: S307 - our own subprocess's output
+        "nan", "(nan+0j)", "True", "201", "-128", "-32768", "-123456789"
+    }  # fmt: skip
+    assert floats_nan == "True"
+
+
 RELU_PROBLEM = """
 import torch
 

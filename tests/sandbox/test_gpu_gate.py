@@ -86,6 +86,33 @@ def test_a_waiting_writer_blocks_new_readers(tmp_path: Path) -> None:
     assert written < entered  # the second reader came after the waiting writer
 
 
+def _write_for(directory: str, name: str, seconds: float, log: Any) -> None:
+    with GpuGate(directory).exclusive():
+        log.put((name, "in", time.monotonic()))
+        time.sleep(seconds)
+        log.put((name, "out", time.monotonic()))
+
+
+def test_waiting_writers_go_one_after_another_before_new_readers(tmp_path: Path) -> None:
+    """Timed loops that wait together share one drain of the readers: no reader that came
+    while they waited slips in between them (each would make the next drain again)."""
+    log = CONTEXT.Queue()
+    first_reader = _holder(tmp_path, "shared", seconds=0.8)
+    writers = []
+    for name in ("a", "b", "c"):
+        writers.append(CONTEXT.Process(target=_write_for, args=(str(tmp_path), name, 0.2, log)))
+        writers[-1].start()
+        time.sleep(0.1)
+    with GpuGate(str(tmp_path)).shared():
+        entered = time.monotonic()
+    for writer in writers:
+        writer.join()
+    first_reader.join()
+    events = sorted((log.get(timeout=10) for _ in range(6)), key=lambda e: e[2])
+    assert [what for _, what, _ in events] == ["in", "out"] * 3  # one writer at a time
+    assert events[-1][2] < entered  # all three before the reader that came meanwhile
+
+
 def test_a_released_hold_lets_a_timed_loop_in_before_the_block_ends(tmp_path: Path) -> None:
     gate = GpuGate(str(tmp_path))
     log = CONTEXT.Queue()
