@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -314,11 +315,18 @@ class Server:
     """`drtriton sandbox serve` in a subprocess (port from its first stdout line)."""
 
     def __init__(
-        self, workers: int, device: str, queue_capacity: int, weak: bool, log: Path | None = None
+        self,
+        workers: int,
+        device: str,
+        queue_capacity: int,
+        weak: bool,
+        log: Path | None = None,
+        spares: int = 1,
     ) -> None:
         args = [
             sys.executable, "-m", "drtriton_cli", "sandbox", "serve", "--port", "0",
             "--device", device, "--workers", str(workers), "--queue", str(queue_capacity),
+            "--spares", str(spares),
         ]  # fmt: skip
         if weak:
             args.append("--allow-weak-isolation")
@@ -421,6 +429,7 @@ class Row:
     workers: int
     per_problem: int
     count: int
+    spares: int = 1
     sandbox_s: float = 0.0
     plain_s: float = 0.0
     sandbox_verdicts: Counter[str] = field(default_factory=Counter)
@@ -486,7 +495,7 @@ def stage_table(rows: list[Row]) -> list[str]:
     names = [n for n in STAGE_ORDER if any(n in r.stages for r in rows)]
     names += sorted({n for r in rows for n in r.stages} - set(names))
     lines = [
-        "| workers x per-problem | " + " | ".join(names) + " |",
+        "| workers x per-problem x spares | " + " | ".join(names) + " |",
         "|---|" + "---:|" * len(names),
     ]
     for row in rows:
@@ -501,7 +510,8 @@ def stage_table(rows: list[Row]) -> list[str]:
                 if values
                 else "-"
             )
-        lines.append(f"| {row.workers} x {row.per_problem} | " + " | ".join(cells) + " |")
+        label = f"{row.workers} x {row.per_problem} x {row.spares}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -518,15 +528,16 @@ def render(
         "Plain harness: one process per candidate, reference and candidate in it, "
         "5 trials" + (", CUDA-event timing of candidate and eager" if timing else "") + ".",
         "",
-        "| workers | per problem | candidates | server start s | sandbox verif/s | host CPU busy "
-        "| plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| workers | per problem | spares | candidates | server start s | sandbox verif/s "
+        "| host CPU busy | plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
         cells = [
             str(row.workers),
             str(row.per_problem),
+            str(row.spares),
             str(row.count),
             f"{row.startup_s:.1f}",
             f"{row.sandbox_rate:.3f}",
@@ -546,6 +557,17 @@ def render(
     return "\n".join(md) + "\n"
 
 
+def counts(text: str) -> list[int]:
+    """A comma-separated list of positive integers (an argparse type)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 4,8: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected numbers of at least 1: {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_harness"]:
@@ -553,11 +575,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small CPU-sized smoke run")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--workers", default=None, help="comma-separated worker counts")
+    parser.add_argument(
+        "--workers", type=counts, default=None, help="comma-separated worker counts"
+    )
     parser.add_argument(
         "--per-problem",
-        default="8,1",
+        type=counts,
+        default=[8, 1],
         help="comma-separated candidates per problem (RL group size)",
+    )
+    parser.add_argument(
+        "--spares",
+        type=counts,
+        default=[1],
+        help="comma-separated candidate processes each worker keeps started ahead",
     )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")
@@ -581,10 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     began = time.monotonic()
     device = resolve_device(args.device)
-    worker_counts = [
-        int(w) for w in (args.workers or ("1,2" if args.quick else "1,2,4,8,16")).split(",")
-    ]
-    groups = [int(g) for g in args.per_problem.split(",")]
+    worker_counts = args.workers or ([1, 2] if args.quick else [1, 2, 4, 8, 16])
+    groups = args.per_problem
     count = args.candidates or (15 if args.quick else 200)  # 15: every template once
     repeats = 3 if args.quick else args.repeats
     small = args.quick or device == "cpu"
@@ -646,104 +675,105 @@ def main(argv: list[str] | None = None) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(render(rows, device, timing, fidelity_lines(), notes))
 
-    for workers in worker_counts:
-        for group in groups:
-            if args.max_seconds and time.monotonic() - began > args.max_seconds:
-                notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
-                continue
-            cases = case_sets[group]
-            row = Row(workers, group, count=len(cases))
-            console.print(f"[bold]{workers} worker(s), {group} per problem[/]: sandbox server ...")
-            started = time.monotonic()
-            try:
-                server = Server(
-                    workers,
-                    device,
-                    max(256, 4 * len(cases)),
-                    args.allow_weak_isolation,
-                    args.server_log,
-                )
-            except RuntimeError as err:
-                console.print(f"drtriton: error: {err}", markup=False)
-                return 2
-            row.startup_s = time.monotonic() - started
-            print(f"server up in {row.startup_s:.1f} s", flush=True)
-            try:
-                with SandboxClient(server.target, timeout_s=3600) as client:
-                    items = [
-                        {"problem": c.problem, "candidate": c.candidate, "timing": timing}
-                        for c in cases
-                    ]
-                    started = time.monotonic()
-                    busy_before, total_before = cpu_times()
-                    results = verify_logged(client, items, 2 * workers)
-                    row.sandbox_s = time.monotonic() - started
-                    busy_after, total_after = cpu_times()
-                    if total_after > total_before:
-                        row.cpu_busy = (busy_after - busy_before) / (total_after - total_before)
-                    row.sandbox_verdicts = Counter(r.verdict for r in results)
-                    for case, result in zip(cases, results, strict=True):
-                        for name, seconds in result.stage_seconds.items():
-                            row.stages.setdefault(name, []).append(seconds)
-                        row.stages.setdefault("other", []).append(
-                            other_seconds(result.stage_seconds, result.elapsed_s)
-                        )
-                        if not result.correct:
-                            first = result.message.splitlines()[0] if result.message else ""
-                            notes.append(
-                                f"{workers} workers: {case.name}: {result.verdict}: {first}"
-                            )
-                    rows.append(row)
-                    save()  # each measurement is written as soon as it exists
-                    if len(rows) == 1:
-                        # Fidelity on the first, quietest server: one job at a time.
-                        for _ in range(repeats):
-                            r = client.verify(probe.problem, probe.candidate, timing=timing)
-                            if r.candidate_ms is not None:
-                                fidelity.append(r.candidate_ms)
-                            save()
-                        # The identical kernel runs in the grader: only a GPU grader has Triton live.
-                        pairs = [(same, same_speed)] + (
-                            [(identical, identical_speed)] if timing else []
-                        )
-
-                        def measure(case: Case, speeds: list[float]) -> None:
-                            for _ in range(repeats):
-                                r = client.verify(case.problem, case.candidate, timing=timing)
-                                if r.speedup_vs_eager is not None:
-                                    speeds.append(r.speedup_vs_eager)
-                                elif not r.correct:
-                                    notes.append(f"{case.name}: {r.verdict}: {r.message[:200]}")
-                                save()
-
-                        for case, speeds in pairs:
-                            measure(case, speeds)
-                        if timing and workers > 1:
-                            # The same check while the other workers verify GiB kernels:
-                            # what a timed loop meets in a teacher or RL run.
-                            load = [
-                                {"problem": c.problem, "candidate": c.candidate, "timing": True}
-                                for c in load_cases(small)
-                            ]
-                            loaded_jobs[0] = while_loaded(
-                                client, load, workers - 1, lambda: measure(same, same_speed_loaded)
-                            )
-                            save()
-            finally:
-                code = server.stop()
-                if code != 0:
-                    notes.append(f"server with {workers} workers exited {code}")
-            if not any(r is row for r in rows):
+    for workers, group, spares in itertools.product(worker_counts, groups, args.spares):
+        if args.max_seconds and time.monotonic() - began > args.max_seconds:
+            notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
+            continue
+        cases = case_sets[group]
+        row = Row(workers, group, count=len(cases), spares=spares)
+        console.print(
+            f"[bold]{workers} worker(s), {group} per problem, {spares} spare(s)[/]: "
+            "sandbox server ..."
+        )
+        started = time.monotonic()
+        try:
+            server = Server(
+                workers,
+                device,
+                max(256, 4 * len(cases)),
+                args.allow_weak_isolation,
+                args.server_log,
+                spares,
+            )
+        except RuntimeError as err:
+            console.print(f"drtriton: error: {err}", markup=False)
+            return 2
+        row.startup_s = time.monotonic() - started
+        print(f"server up in {row.startup_s:.1f} s", flush=True)
+        try:
+            with SandboxClient(server.target, timeout_s=3600) as client:
+                items = [
+                    {"problem": c.problem, "candidate": c.candidate, "timing": timing}
+                    for c in cases
+                ]
+                started = time.monotonic()
+                busy_before, total_before = cpu_times()
+                results = verify_logged(client, items, 2 * workers)
+                row.sandbox_s = time.monotonic() - started
+                busy_after, total_after = cpu_times()
+                if total_after > total_before:
+                    row.cpu_busy = (busy_after - busy_before) / (total_after - total_before)
+                row.sandbox_verdicts = Counter(r.verdict for r in results)
+                for case, result in zip(cases, results, strict=True):
+                    for name, seconds in result.stage_seconds.items():
+                        row.stages.setdefault(name, []).append(seconds)
+                    row.stages.setdefault("other", []).append(
+                        other_seconds(result.stage_seconds, result.elapsed_s)
+                    )
+                    if not result.correct:
+                        first = result.message.splitlines()[0] if result.message else ""
+                        notes.append(f"{workers} workers: {case.name}: {result.verdict}: {first}")
                 rows.append(row)
+                save()  # each measurement is written as soon as it exists
+                if len(rows) == 1:
+                    # Fidelity on the first, quietest server: one job at a time.
+                    for _ in range(repeats):
+                        r = client.verify(probe.problem, probe.candidate, timing=timing)
+                        if r.candidate_ms is not None:
+                            fidelity.append(r.candidate_ms)
+                        save()
+                    # The identical kernel runs in the grader: only a GPU grader has Triton live.
+                    pairs = [(same, same_speed)] + (
+                        [(identical, identical_speed)] if timing else []
+                    )
+
+                    def measure(case: Case, speeds: list[float]) -> None:
+                        for _ in range(repeats):
+                            r = client.verify(case.problem, case.candidate, timing=timing)
+                            if r.speedup_vs_eager is not None:
+                                speeds.append(r.speedup_vs_eager)
+                            elif not r.correct:
+                                notes.append(f"{case.name}: {r.verdict}: {r.message[:200]}")
+                            save()
+
+                    for case, speeds in pairs:
+                        measure(case, speeds)
+                    if timing and workers > 1:
+                        # The same check while the other workers verify GiB kernels:
+                        # what a timed loop meets in a teacher or RL run.
+                        load = [
+                            {"problem": c.problem, "candidate": c.candidate, "timing": True}
+                            for c in load_cases(small)
+                        ]
+                        loaded_jobs[0] = while_loaded(
+                            client, load, workers - 1, lambda: measure(same, same_speed_loaded)
+                        )
+                        save()
+        finally:
+            code = server.stop()
+            if code != 0:
+                notes.append(f"server with {workers} workers exited {code}")
+        if not any(r is row for r in rows):
+            rows.append(row)
+        save()
+        if not args.skip_plain and group == groups[0] and spares == args.spares[0]:
+            plain_cases = cases[: args.plain_candidates or len(cases)]
+            console.print(
+                f"[bold]{workers} worker(s)[/]: plain harness, {len(plain_cases)} candidates ..."
+            )
+            row.plain_s, row.plain_outcomes, _ = run_plain(plain_cases, files, workers, device)
+            row.plain_count = len(plain_cases)
             save()
-            if not args.skip_plain and group == groups[0]:
-                plain_cases = cases[: args.plain_candidates or len(cases)]
-                console.print(
-                    f"[bold]{workers} worker(s)[/]: plain harness, {len(plain_cases)} candidates ..."
-                )
-                row.plain_s, row.plain_outcomes, _ = run_plain(plain_cases, files, workers, device)
-                row.plain_count = len(plain_cases)
-                save()
     if timing and not args.skip_plain:
         for _ in range(repeats):
             _, _, [r] = run_plain([probe], files, 1, device)

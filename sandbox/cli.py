@@ -80,6 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="GPUs the workers spread over, round robin (indices among the visible ones; "
         "default: every visible GPU)",
     )
+    serve.add_argument(
+        "--spares",
+        type=int,
+        help="candidate processes each worker keeps started ahead (default 1; on a GPU each "
+        "holds a CUDA context)",
+    )
     serve.add_argument("--queue", type=int, help="jobs waiting at most (then RESOURCE_EXHAUSTED)")
     serve.add_argument(
         "--job-timeout", type=float, metavar="S", help="default and maximum job budget"
@@ -296,6 +302,10 @@ def _serve(args: argparse.Namespace) -> int:
         if args.workers < 1:
             return _fail("--workers must be at least 1")
         overrides["workers"] = args.workers
+    if args.spares is not None:
+        if args.spares < 1:
+            return _fail("--spares must be at least 1")
+        overrides["spares"] = args.spares
     if args.queue is not None:
         if args.queue < 0:
             return _fail("--queue must be at least 0")

@@ -31,8 +31,10 @@ class SandboxConfig:
     """How a sandbox runs jobs.
 
     `device="auto"` picks CUDA when a GPU is visible and Triton's CPU interpreter
-    otherwise. `workers` is the number of jobs graded at once; each worker keeps one
-    candidate process pre-started. A job waits in a queue of `queue_capacity`
+    otherwise. `workers` is the number of jobs graded at once; each worker keeps `spares`
+    candidate processes started ahead (on a GPU each holds a CUDA context and the timing
+    clock's 256 MiB L2-flush buffer, and takes most of a second to start on a busy host:
+    a second one gives it twice the time, when jobs wait for theirs). A job waits in a queue of `queue_capacity`
     places; past that, requests are refused (RESOURCE_EXHAUSTED). On a host with
     several GPUs the workers spread over `gpus` (indices among the visible GPUs; empty:
     all of them), round robin (`sandbox.placement`).
@@ -40,6 +42,7 @@ class SandboxConfig:
 
     device: str = "auto"
     workers: int = max(1, min(8, (os.cpu_count() or 2) // 2))  # 8 verified fastest on an H200
+    spares: int = 1
     queue_capacity: int = 256
     job_timeout_s: float = 120.0
     candidate_memory_mb: int = 8192

@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -407,7 +407,8 @@ class Grader:
         self.workdir = os.path.join(config.job_root, f"grader-{os.getpid()}")
         os.makedirs(self.workdir, exist_ok=True)
         self.problems: OrderedDict[str, _ProblemEntry] = OrderedDict()
-        self.spare: CandidateProcess | None = None
+        # Candidate processes started ahead, oldest first (`SandboxConfig.spares`).
+        self.spares: deque[CandidateProcess] = deque()
         self._reapers: list[threading.Thread] = []  # finishing off ended candidates
         self.zygote: Zygote | None = None
         self.clock = None
@@ -475,26 +476,30 @@ class Grader:
         )
 
     def prestart(self) -> None:
-        if self.spare is None:
-            self.spare = self._new_process()
+        """Start candidate processes until `config.spares` are on their way."""
+        while len(self.spares) < max(1, self.config.spares):
+            self.spares.append(self._new_process())
 
     def take_process(self) -> CandidateProcess:
-        """This job's process; the next job's starts now, while this one is graded."""
-        proc = self.spare
-        if proc is None or proc.proc.poll() is not None:  # e.g. killed with its zygote
-            if proc is not None:
+        """This job's process, the oldest spare; the next one starts now, while this job is
+        graded."""
+        proc = None
+        while self.spares and proc is None:
+            proc = self.spares.popleft()
+            if proc.proc.poll() is not None:  # e.g. killed with its zygote
                 proc.close()
+                proc = None
+        if proc is None:
             proc = self._new_process()
-        self.spare = self._new_process()
+        self.prestart()
         return proc
 
     def close(self) -> None:
         for thread in self._reapers:
             thread.join(timeout=30)
         self._reapers = []
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
+        while self.spares:
+            self.spares.popleft().close()
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None

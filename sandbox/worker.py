@@ -2,7 +2,7 @@
 
 The runner talks to it over a pipe (both sides are trusted code). The worker never
 runs candidate code itself; it starts a jailed candidate process per job and keeps
-one spare started ahead so the job does not pay for importing torch and Triton.
+spares started ahead so the job does not pay for importing torch and Triton.
 """
 
 from __future__ import annotations

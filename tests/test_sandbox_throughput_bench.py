@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from typing import Any
 
 import pytest
 
-from bench.sandbox_throughput import load_cases, other_seconds, while_loaded
+from bench.sandbox_throughput import counts, load_cases, other_seconds, while_loaded
 
 
 def test_other_time_counts_each_second_once() -> None:
@@ -58,3 +59,10 @@ def test_the_load_runs_for_as_long_as_the_measurement() -> None:
     assert count == len(client.seen) >= 6
     assert set(client.seen) == {item["problem"] for item in load}  # round robin
     assert client.running == 0  # every load job ended before it returned
+
+
+def test_count_lists_are_checked_before_any_server_starts() -> None:
+    assert counts("8,12,16") == [8, 12, 16]
+    for bad in ("0", "8,x", "", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            counts(bad)

@@ -141,3 +141,13 @@ def test_sandbox_info_unreachable() -> None:
     done = drtriton("sandbox", "info", "--server", f"127.0.0.1:{free_port()}", "--timeout", "3")
     assert done.returncode == 2
     assert_one_line_error(done.stderr)
+
+
+@pytest.mark.parametrize(
+    "option, message", [("--workers", "--workers must be at least 1"), ("--spares", "--spares")]
+)
+def test_serve_rejects_counts_below_one(option: str, message: str) -> None:
+    done = drtriton("sandbox", "serve", "--device", "cpu", "--port", "0", option, "0")
+    assert done.returncode == 2
+    assert_one_line_error(done.stderr)
+    assert message in done.stderr

@@ -143,7 +143,7 @@ def test_a_graders_candidates_ask_it_for_launchers(tmp_path: Path) -> None:
         grader.launchers = LauncherCache(str(tmp_path / "launchers"))  # as on a GPU
         proc = grader.take_process()
         assert proc.launchers is grader.launchers
-        assert grader.spare is not None and grader.spare.launchers is grader.launchers
+        assert grader.spares and grader.spares[0].launchers is grader.launchers
         proc.close()
     finally:
         grader.close()

@@ -125,6 +125,33 @@ def test_a_grader_outlives_its_zygote(tmp_path: Path) -> None:
         grader.close()
 
 
+def test_a_grader_keeps_its_spares_started_and_hands_out_the_oldest(tmp_path: Path) -> None:
+    """`spares=2`: two processes on their way; a job takes the oldest live one (a dead one
+    is passed over) and the next starts at once; closing the grader ends them all."""
+    from sandbox.config import SandboxConfig
+    from sandbox.grader import Grader
+
+    grader = Grader(SandboxConfig(device="cpu", job_root=str(tmp_path), spares=2), "cpu")
+    try:
+        grader.prestart()
+        first, second = grader.spares
+        assert grader.take_process() is first
+        assert len(grader.spares) == 2 and grader.spares[0] is second
+        os.kill(second.proc.pid, signal.SIGKILL)
+        second.proc.wait(timeout=30)
+        third = grader.spares[1]
+        assert grader.take_process() is third  # the dead one was passed over
+        assert len(grader.spares) == 2
+        kept = list(grader.spares)
+    finally:
+        grader.close()
+    assert not grader.spares
+    for proc in kept:
+        assert proc.proc.wait(timeout=30) is not None
+    first.close()
+    third.close()
+
+
 def test_a_gpu_zygote_starts_with_a_warm_compiler(tmp_path: Path) -> None:
     """The GPU flavour (compiler warmed for sm_90) starts on a host without a GPU too."""
     env = candidate_env(str(tmp_path), "cuda")
