@@ -259,6 +259,13 @@ def rope_angles(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.
     return jnp.sin(angles), jnp.cos(angles)
 
 
+def rope_table(length: int, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """sin and cos of positions 0..length-1, [length, head_dim // 2] in float32: a decode
+    loop looks its rows up once a step instead of computing them (on a GPU the multiply,
+    the sine and the cosine were a small kernel each, every step), with the same values."""
+    return rope_angles(jnp.arange(length), head_dim, theta)
+
+
 def apply_rope(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
     """Rotate [batch, time, heads, head_dim] by the angles (the first/second-half pairing)."""
     half = x.shape[-1] // 2
@@ -758,11 +765,13 @@ def fused_decode(
     cache: Cache,
     cache_index: jax.Array | int,
     kernels: str = "auto",
+    rope: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, Cache]:
     """`Qwen2.__call__` in decode mode (write at `cache_index`, attend under `mask`), fused.
 
     tokens, positions [B, T]; mask [B, T, cache_length]. Returns float32 logits [B, T, vocab]
     and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
+    `rope`: a `rope_table` covering every position, to look the angles' sin and cos up in.
 
     `kernels="pallas"` runs each layer as the hand-written kernels of `decode_kernels` when
     they apply (T = 1, B <= `decode_kernels.MAX_ROWS`, a single device; else the XLA layers,
@@ -772,7 +781,10 @@ def fused_decode(
     """
     check_decode_kernels(kernels)
     x = constrain(jnp.take(weights.embedding, tokens, axis=0), ACT_BTM)
-    sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    if rope is None:
+        sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+    else:
+        sin, cos = (jnp.take(table, positions, axis=0, mode="clip") for table in rope)
     b, t, m = x.shape
     new_cache = []
     if uses_pallas(kernels, b, t):

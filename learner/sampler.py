@@ -223,12 +223,14 @@ def _decode(
     _check_kernels(fused, kernels)
     model = nnx.merge(graphdef, state)
     weights = qwen2.fuse_decode_weights(model) if fused else None
+    cfg = model.config
     batch = logits.shape[0]
     cache_len = cache[0].k.shape[2]
     steps = decode_steps(max_new, chunk)
     width = cache_len - steps  # the padded prompt length
     prompt_lens = width - starts
     slots = jnp.arange(cache_len)
+    rope = qwen2.rope_table(cache_len, cfg.head_dim, cfg.rope_theta)  # positions < cache_len
     valid_from = slots[None, :] >= starts[:, None]  # [B, S]
     sample = jax.vmap(
         functools.partial(sample_row, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -258,7 +260,7 @@ def _decode(
             logits, cache = model(token[:, None], positions, mask, cache, slot)
         else:
             logits, cache = qwen2.fused_decode(
-                model.config, weights, token[:, None], positions, mask, cache, slot, kernels
+                cfg, weights, token[:, None], positions, mask, cache, slot, kernels, rope
             )
         return (
             step + 1,

@@ -132,3 +132,12 @@ def test_token_logprobs_equals_log_softmax() -> None:
     tokens = jnp.asarray([0, 17, 49])
     expected = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, None], axis=-1)[:, 0]
     np.testing.assert_allclose(S.token_logprobs(logits, tokens), expected, atol=1e-6)
+
+
+def test_rope_table_rows_are_the_angles_sin_and_cos() -> None:
+    """The decode loop looks RoPE up in a table: the same values as computing them."""
+    positions = jnp.asarray([[0, 5, 9], [17, 600, 1023]])
+    sin, cos = qwen2.rope_angles(positions, 64, 1_000_000.0)
+    table = qwen2.rope_table(1024, 64, 1_000_000.0)
+    np.testing.assert_array_equal(jnp.take(table[0], positions, axis=0), sin)
+    np.testing.assert_array_equal(jnp.take(table[1], positions, axis=0), cos)
