@@ -596,7 +596,9 @@ class Grader:
             )
             self._reserve_gpu(entry, deadline, result, held)
             try:
-                with self._shared(result), _stage(result, "problem"):
+                # Measured once per problem: a cached answer needs no share of the GPU.
+                share = contextlib.nullcontext() if entry.degenerate is not None else None
+                with share or self._shared(result), _stage(result, "problem"):
                     reason = self._degenerate(entry, atol, rtol)
             except torch.cuda.OutOfMemoryError:
                 raise  # the GPU is full, which is not the problem's fault

@@ -129,7 +129,7 @@ _NAN_BITS = {
 def _poison(value: Any) -> Any:
     # Called from __torch_dispatch__, where the mode is already set aside.
     if isinstance(value, torch.Tensor):
-        if value.dtype in _NAN_BITS:
+        if value.dtype in _NAN_BITS and value.layout == torch.strided:
             as_int, bits = _NAN_BITS[value.dtype]
             value.view(as_int).fill_(bits)
         elif value.is_floating_point() or value.is_complex():

@@ -76,6 +76,24 @@ def test_a_runs_parts_are_accounted_inside_their_stages(grader: Grader) -> None:
     assert stages["run.call"] <= stages["run.harness"] <= stages["run.round_trip"] + 1e-3
 
 
+def test_a_known_problem_takes_no_share_of_the_gpu_for_its_degeneracy(
+    grader: Grader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each share may wait out other jobs' timed loops: the problem's first job (the
+    fixture's) checked it, so this one's shares are its candidate's runs alone."""
+    shares: list[int] = []
+    shared = grader._shared
+
+    def counted(result: VerifyResult) -> Any:
+        shares.append(1)
+        return shared(result)
+
+    monkeypatch.setattr(grader, "_shared", counted)
+    result = grader.grade(_job(GOOD_RELU))
+    assert result.correct, result.message
+    assert len(shares) == TRIALS + 2  # the trials, the poison and the no-op checks
+
+
 def test_seconds_the_harness_reports_count_only_when_plausible() -> None:
     result = VerifyResult(verdict="correct")
     for reported in (None, "fast", -1.0, math.nan, math.inf, 0.25, 0.5):
