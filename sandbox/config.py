@@ -34,8 +34,8 @@ class SandboxConfig:
     otherwise. `workers` is the number of jobs graded at once; each worker keeps `spares`
     candidate processes started ahead (on a GPU each holds a CUDA context and the timing
     clock's 256 MiB L2-flush buffer, and takes most of a second to start on a busy host:
-    a second one gives it twice the time, when jobs wait for theirs). A job waits in a queue of `queue_capacity`
-    places; past that, requests are refused (RESOURCE_EXHAUSTED). On a host with
+    a second one gives it twice the time, when jobs wait for theirs). A job waits in a
+    queue of `queue_capacity` places; past that, requests are refused (RESOURCE_EXHAUSTED). On a host with
     several GPUs the workers spread over `gpus` (indices among the visible GPUs; empty:
     all of them), round robin (`sandbox.placement`).
     """

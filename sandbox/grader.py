@@ -597,8 +597,9 @@ class Grader:
             self._reserve_gpu(entry, deadline, result, held)
             try:
                 # Measured once per problem: a cached answer needs no share of the GPU.
-                share = contextlib.nullcontext() if entry.degenerate is not None else None
-                with share or self._shared(result), _stage(result, "problem"):
+                cached = entry.degenerate is not None
+                share = contextlib.nullcontext() if cached else self._shared(result)
+                with share, _stage(result, "problem"):
                     reason = self._degenerate(entry, atol, rtol)
             except torch.cuda.OutOfMemoryError:
                 raise  # the GPU is full, which is not the problem's fault
