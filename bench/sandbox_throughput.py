@@ -430,6 +430,7 @@ class Row:
     per_problem: int
     count: int
     spares: int = 1
+    in_flight: int = 2  # requests the client keeps in flight, per worker
     sandbox_s: float = 0.0
     plain_s: float = 0.0
     sandbox_verdicts: Counter[str] = field(default_factory=Counter)
@@ -438,6 +439,11 @@ class Row:
     startup_s: float = 0.0
     plain_count: int = 0
     cpu_busy: float | None = None  # fraction of the host's CPU busy during the sandbox run
+    job_s: float = 0.0  # the jobs' own seconds (each `elapsed_s`), summed
+
+    @property
+    def workers_busy(self) -> float | None:
+        return busy_share(self.job_s, self.workers, self.sandbox_s)
 
     @property
     def sandbox_rate(self) -> float:
@@ -469,6 +475,14 @@ STAGE_ORDER = (
 NOT_IN_JOB_SUM = frozenset({"queue", "timed_loops"})
 
 
+def busy_share(job_seconds: float, workers: int, wall_s: float) -> float | None:
+    """The share of the workers' time spent inside jobs: the rest is hand-over between jobs
+    (results back, the next job in) and the run's start and end, where some workers wait."""
+    if wall_s <= 0 or workers < 1:
+        return None
+    return job_seconds / (workers * wall_s)
+
+
 def other_seconds(stages: dict[str, float], elapsed_s: float) -> float:
     """The job's time that no stage accounts for (bookkeeping, files, the reaper's start).
 
@@ -495,7 +509,7 @@ def stage_table(rows: list[Row]) -> list[str]:
     names = [n for n in STAGE_ORDER if any(n in r.stages for r in rows)]
     names += sorted({n for r in rows for n in r.stages} - set(names))
     lines = [
-        "| workers x per-problem x spares | " + " | ".join(names) + " |",
+        "| workers x per-problem x spares x in flight | " + " | ".join(names) + " |",
         "|---|" + "---:|" * len(names),
     ]
     for row in rows:
@@ -510,7 +524,7 @@ def stage_table(rows: list[Row]) -> list[str]:
                 if values
                 else "-"
             )
-        label = f"{row.workers} x {row.per_problem} x {row.spares}"
+        label = f"{row.workers} x {row.per_problem} x {row.spares} x {row.workers * row.in_flight}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
@@ -528,9 +542,14 @@ def render(
         "Plain harness: one process per candidate, reference and candidate in it, "
         "5 trials" + (", CUDA-event timing of candidate and eager" if timing else "") + ".",
         "",
-        "| workers | per problem | spares | candidates | server start s | sandbox verif/s "
-        "| host CPU busy | plain verif/s | sandbox/plain | sandbox verdicts | plain outcomes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "`in flight`: requests the client keeps open at once. `workers busy`: the share of "
+        "the workers' time inside jobs (the stage table's job time); the rest is hand-over "
+        "between jobs and the run's start and end.",
+        "",
+        "| workers | per problem | spares | in flight | candidates | server start s "
+        "| sandbox verif/s | workers busy | host CPU busy | plain verif/s | sandbox/plain "
+        "| sandbox verdicts | plain outcomes |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
@@ -538,9 +557,11 @@ def render(
             str(row.workers),
             str(row.per_problem),
             str(row.spares),
+            str(row.workers * row.in_flight),
             str(row.count),
             f"{row.startup_s:.1f}",
             f"{row.sandbox_rate:.3f}",
+            f"{100 * row.workers_busy:.0f}%" if row.workers_busy is not None else "n/a",
             f"{100 * row.cpu_busy:.0f}%" if row.cpu_busy is not None else "n/a",
             f"{row.plain_rate:.3f} ({row.plain_count})" if row.plain_s else "n/a",
             ratio,
@@ -589,6 +610,13 @@ def main(argv: list[str] | None = None) -> int:
         type=counts,
         default=[1],
         help="comma-separated candidate processes each worker keeps started ahead",
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=counts,
+        default=[2],
+        help="comma-separated requests the client keeps in flight per worker (a group's "
+        "first job measures the baselines, and its other answers wait for them)",
     )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")
@@ -675,15 +703,17 @@ def main(argv: list[str] | None = None) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(render(rows, device, timing, fidelity_lines(), notes))
 
-    for workers, group, spares in itertools.product(worker_counts, groups, args.spares):
+    for workers, group, spares, in_flight in itertools.product(
+        worker_counts, groups, args.spares, args.in_flight
+    ):
         if args.max_seconds and time.monotonic() - began > args.max_seconds:
             notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
             continue
         cases = case_sets[group]
-        row = Row(workers, group, count=len(cases), spares=spares)
+        row = Row(workers, group, count=len(cases), spares=spares, in_flight=in_flight)
         console.print(
-            f"[bold]{workers} worker(s), {group} per problem, {spares} spare(s)[/]: "
-            "sandbox server ..."
+            f"[bold]{workers} worker(s), {group} per problem, {spares} spare(s), "
+            f"{in_flight} in flight per worker[/]: sandbox server ..."
         )
         started = time.monotonic()
         try:
@@ -708,13 +738,14 @@ def main(argv: list[str] | None = None) -> int:
                 ]
                 started = time.monotonic()
                 busy_before, total_before = cpu_times()
-                results = verify_logged(client, items, 2 * workers)
+                results = verify_logged(client, items, in_flight * workers)
                 row.sandbox_s = time.monotonic() - started
                 busy_after, total_after = cpu_times()
                 if total_after > total_before:
                     row.cpu_busy = (busy_after - busy_before) / (total_after - total_before)
                 row.sandbox_verdicts = Counter(r.verdict for r in results)
                 for case, result in zip(cases, results, strict=True):
+                    row.job_s += result.elapsed_s
                     for name, seconds in result.stage_seconds.items():
                         row.stages.setdefault(name, []).append(seconds)
                     row.stages.setdefault("other", []).append(

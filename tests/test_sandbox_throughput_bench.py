@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from bench.sandbox_throughput import counts, load_cases, other_seconds, while_loaded
+from bench.sandbox_throughput import (
+    busy_share,
+    counts,
+    load_cases,
+    other_seconds,
+    while_loaded,
+)
 
 
 def test_other_time_counts_each_second_once() -> None:
@@ -23,6 +29,12 @@ def test_other_time_counts_each_second_once() -> None:
     }
     assert other_seconds(stages, 0.6) == pytest.approx(0.1)
     assert other_seconds(stages, 0.4) == 0.0  # never negative
+
+
+def test_workers_busy_is_the_jobs_share_of_the_workers_time() -> None:
+    # 8 workers for 10 s: 80 worker-seconds, of which the jobs took 72
+    assert busy_share(72.0, 8, 10.0) == pytest.approx(0.9)
+    assert busy_share(72.0, 8, 0.0) is None  # no run, no share
 
 
 class _CountingClient:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import jax
 import pytest
 
 # LLVM's optimisation passes dominate XLA:CPU compile time and these tests compile much more
@@ -13,6 +15,14 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
+
+
+@pytest.fixture(autouse=True)
+def _exact_float32() -> Iterator[None]:
+    """float32 comparisons in float32: on a GPU, XLA's default matmuls round to TF32."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
 
 TINY = {
     "vocab_size": 128,

@@ -3,8 +3,6 @@ serve against the XLA ones."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,13 +16,6 @@ from learner import sampler as S
 from .conftest import random_tiny_model
 
 EPS = 1e-6
-
-
-@pytest.fixture(autouse=True)
-def _exact_references() -> Iterator[None]:
-    """float32 references in float32: on a GPU, XLA's default matmuls round to TF32."""
-    with jax.default_matmul_precision("highest"):
-        yield
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], dtype=jnp.float32) -> jax.Array:
