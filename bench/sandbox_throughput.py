@@ -468,7 +468,8 @@ def spread(values: list[float]) -> str:
 STAGE_ORDER = (
     "queue", "static", "problem", "gpu_memory_wait", "spawn", "start", "load", "compile",
     "gpu_wait", "reference", "first_trial", "trials", "poison_check", "noop_check",
-    "baseline_compile", "timing_io", "timing_wait", "timing", "timed_loops", "cleanup", "other",
+    "baseline_compile", "timing_io", "timing_wait", "timing", "timed_loops", "cleanup", "release",
+    "other",
 )  # fmt: skip
 # Stages inside another (`timing` holds the candidate's `timed_loops`) or outside the
 # grader's job (`queue`): left out of the sum that `other` completes to the job's time.

@@ -114,6 +114,10 @@ class _ProblemEntry:
 
 # GPU memory a grader may keep between jobs (its clock's buffers, library workspaces).
 RETAINED_GPU_BYTES = GIB
+# Up to this much the allocator's cache stays after a job (the clock's 256 MiB flush buffer
+# included): the next job's small tensors reuse its blocks, where giving them back and
+# allocating again would wait on the driver, busy creating candidates' CUDA contexts.
+KEPT_CACHE_BYTES = 512 * 2**20
 
 
 def _event_times(reply: dict[str, Any], runs: int) -> list[float]:
@@ -647,12 +651,13 @@ class Grader:
                 result.eager_ms, result.compile_ms, self.config.speedup_sanity_bound
             )
             result.provenance = self.provenance
-            result.elapsed_s = time.monotonic() - started
             if self.clock is None and job.timing:
                 result.timing_unavailable_reason = "no GPU: correctness only (Triton interpreter)"
             if self.device == "cuda":
-                self._release_gpu_memory()
+                with _stage(result, "release"):
+                    self._release_gpu_memory()
             self._retire(proc, held)
+            result.elapsed_s = time.monotonic() - started
         return result
 
     @staticmethod
@@ -678,8 +683,11 @@ class Grader:
         """Hand the job's GPU memory back before its reservation ends.
 
         What a grader keeps between jobs is outside every reservation and can starve the
-        other graders: collect cycles that still hold tensors, then say what remains.
+        other graders: collect cycles that still hold tensors, then say what remains. A
+        cache of at most `KEPT_CACHE_BYTES` stays for the next job.
         """
+        if torch.cuda.memory_reserved() <= KEPT_CACHE_BYTES:
+            return
         torch.cuda.empty_cache()
         if torch.cuda.memory_reserved() <= RETAINED_GPU_BYTES:
             return

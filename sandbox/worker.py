@@ -102,6 +102,13 @@ def self_test(device: str) -> str:
         return f"self-test failed: {type(err).__name__}: {err}"
 
 
+def held_self_test(grader: Any, device: str) -> str:
+    """`self_test` with a share of the GPU: its kernels must not run beside a timed loop."""
+    gate = getattr(grader, "gate", None)
+    with gate.shared() if gate is not None else contextlib.nullcontext():
+        return self_test(device)
+
+
 # Verdicts after which the GPU is checked again: a candidate that crashed or hung
 # may have left the device unhealthy. Otherwise every SELF_TEST_EVERY jobs.
 _SUSPECT_VERDICTS = frozenset({"runtime_error", "timeout", "resource_limit", "sandbox_error"})
@@ -122,7 +129,7 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
     os.environ.pop("TRITON_INTERPRET", None)
     grader = Grader(config, device)
     grader.prestart()
-    health = self_test(device)
+    health = held_self_test(grader, device)
     features = probe_isolation(grader) if probe else []
     if device == "cuda":
         warm_torch_compile(device)
@@ -145,7 +152,7 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
             if device == "cuda" and (
                 result.verdict in _SUSPECT_VERDICTS or jobs % SELF_TEST_EVERY == 0
             ):
-                health = self_test(device)
+                health = held_self_test(grader, device)
             conn.send({"result": dataclasses.asdict(result), "health": health})
             grader.prestart()
     finally:

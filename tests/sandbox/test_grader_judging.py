@@ -227,3 +227,25 @@ def test_the_graders_peak_counts_allocator_and_buffers_at_one_moment(
     assert job(steps + [("tensor", -3)]) == (10, 16, 0)
     # Held at one moment: 8 of tensors beside 6 of buffers.
     assert job([("buffer", 6), ("tensor", 8), ("buffer", -6), ("tensor", -8)]) == (14, 14, 0)
+
+
+def test_a_small_cache_stays_for_the_next_job(
+    monkeypatch: pytest.MonkeyPatch, grader: Grader
+) -> None:
+    """Up to `KEPT_CACHE_BYTES` the allocator's cache is kept; above it, given back."""
+    from sandbox import grader as grader_module
+
+    reserved = [300 * MIB]
+    emptied: list[int] = []
+
+    def empty_cache() -> None:
+        emptied.append(reserved[0])
+        reserved[0] = 256 * MIB  # the flush buffer stays
+
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: reserved[0])
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    grader._release_gpu_memory()
+    assert emptied == [] and grader_module.KEPT_CACHE_BYTES >= 300 * MIB
+    reserved[0] = grader_module.KEPT_CACHE_BYTES + MIB
+    grader._release_gpu_memory()
+    assert emptied == [grader_module.KEPT_CACHE_BYTES + MIB]
