@@ -13,9 +13,12 @@ import os
 import socket
 import uuid
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox.config import SandboxConfig
+
+if TYPE_CHECKING:
+    from sandbox.gpu_gate import GpuGate
 
 
 def probe_isolation(grader: Any) -> list[dict[str, Any]]:
@@ -102,9 +105,8 @@ def self_test(device: str) -> str:
         return f"self-test failed: {type(err).__name__}: {err}"
 
 
-def held_self_test(grader: Any, device: str) -> str:
+def held_self_test(gate: GpuGate | None, device: str) -> str:
     """`self_test` with a share of the GPU: its kernels must not run beside a timed loop."""
-    gate = getattr(grader, "gate", None)
     with gate.shared() if gate is not None else contextlib.nullcontext():
         return self_test(device)
 
@@ -129,7 +131,7 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
     os.environ.pop("TRITON_INTERPRET", None)
     grader = Grader(config, device)
     grader.prestart()
-    health = held_self_test(grader, device)
+    health = held_self_test(grader.gate, device)
     features = probe_isolation(grader) if probe else []
     if device == "cuda":
         warm_torch_compile(device)
@@ -152,7 +154,7 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
             if device == "cuda" and (
                 result.verdict in _SUSPECT_VERDICTS or jobs % SELF_TEST_EVERY == 0
             ):
-                health = held_self_test(grader, device)
+                health = held_self_test(grader.gate, device)
             conn.send({"result": dataclasses.asdict(result), "health": health})
             grader.prestart()
     finally:

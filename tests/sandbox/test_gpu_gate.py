@@ -211,15 +211,13 @@ def test_a_graders_call_past_its_lease_marks_the_gpu_busy(
 
 def test_the_workers_self_test_waits_for_a_timed_loop(tmp_path: Path) -> None:
     """The device self-test runs kernels: it takes a share, never runs beside a timed loop."""
-    from types import SimpleNamespace
-
     from sandbox.worker import held_self_test
 
     writer = _holder(tmp_path, "exclusive", 0.6)
     started = time.monotonic()
-    assert held_self_test(SimpleNamespace(gate=GpuGate(str(tmp_path))), "cpu") == ""
+    assert held_self_test(GpuGate(str(tmp_path)), "cpu") == ""
     assert time.monotonic() - started >= 0.4
     writer.join(10)
     started = time.monotonic()  # without a gate (a CPU grader) it runs at once
-    assert held_self_test(SimpleNamespace(gate=None), "cpu") == ""
+    assert held_self_test(None, "cpu") == ""
     assert time.monotonic() - started < 5
