@@ -46,11 +46,11 @@ def _grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
 
 # The settings tried per kernel (the default, {}, always first). Kernel options as data.
 GRID: dict[str, list[dict[str, Any]]] = {
-    "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(2, 4, 8)),
+    "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(1, 2, 4, 8)),
     "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,)),
     "o_proj": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8))
     + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,)),
-    "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(4, 8), num_stages=(1, 2)),
+    "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(1, 2, 4, 8), num_stages=(1, 2)),
     "down": _grid(
         block_n=(2, 4, 8), block_k=(1024, 2048, 8192), num_warps=(4, 8), num_stages=(1, 3)
     )

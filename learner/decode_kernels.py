@@ -52,8 +52,17 @@ _MIN_BLOCK_N = 2  # rows a program sweeps at least, also when a whole row fills 
 # choice at 1.5B.
 _GATE_UP_BLOCK_N = 2
 _MIN_PROGRAMS = 128  # about one per SM of an H100 / H200 (132)
+# QKV programs: two a SM. Qwen2-0.5B's QKV on an H200 ran 1.10x faster as 288 programs of
+# 2 dimension pairs (2 warps) than as 144 of 4 (`bench.decode_kernel_sweep`); larger models
+# reach this count with the tile budget's own block.
+_QKV_MIN_PROGRAMS = 256
 _ATTENTION_PROGRAMS = 64  # split the cache length until about this many attention programs
 _NUM_WARPS = 4
+# Warps of a program whose weight tiles fill at most half the budget (`_TILE // 2` elements,
+# as Qwen2-0.5B's 896-wide rows do), the fastest measured per kernel on an H200
+# (`bench.decode_kernel_sweep`: QKV 1.10x with 2 warps, gate-up 1.07x with 1, against 4).
+# Fuller tiles (1.5B and up) keep `_NUM_WARPS`.
+_HALF_TILE_WARPS = {"qkv": 2, "gate_up": 1}
 
 Ref = Any  # a Pallas reference to a kernel operand (Triton: a pointer)
 
@@ -89,14 +98,24 @@ def _load(ref: Ref, mask: jax.Array | None, other: float = 0) -> jax.Array:
     return plgpu.load(ref, mask=mask, other=other)
 
 
+def _warps(kernel: str, tile: int) -> int:
+    """Triton warps for a program of `kernel` holding `tile` weight elements a step."""
+    return _HALF_TILE_WARPS[kernel] if tile <= _TILE // 2 else _NUM_WARPS
+
+
 def _matvec_blocks(
-    n: int, k: int, tiles: int, block_n: int | None, block_k: int | None
+    n: int,
+    k: int,
+    tiles: int,
+    block_n: int | None,
+    block_k: int | None,
+    min_programs: int = _MIN_PROGRAMS,
 ) -> tuple[int, int]:
     """Block sizes of a matrix-vector kernel over `n` outputs contracting `k`.
 
     block_k: the whole row when it fits (fewest loop steps, most bytes in flight), else 8,192.
     block_n: as many rows as the tile budget allows (`tiles` weight tiles per program), at
-    least two, halved until there are about as many programs as SMs. Qwen2-0.5B's down
+    least two, halved until there are `min_programs` (about as many as SMs). Qwen2-0.5B's down
     projection (4,864-wide rows) ran 1.33x faster on an H200 as 2 whole rows a program than
     as 4 rows of 2,048-wide steps (`bench.decode_kernel_sweep`).
     """
@@ -104,7 +123,7 @@ def _matvec_blocks(
         block_k = min(_pow2(k), _MAX_BLOCK_K)
     if block_n is None:
         block_n = min(max(_MIN_BLOCK_N, _TILE // (tiles * block_k)), _pow2(n))
-        while block_n > 1 and _cdiv(n, block_n) < _MIN_PROGRAMS:
+        while block_n > 1 and _cdiv(n, block_n) < min_programs:
             block_n //= 2
     for name, size in (("block_n", block_n), ("block_k", block_k)):
         if size < 1 or size & (size - 1):
@@ -380,19 +399,22 @@ def gate_up_silu(
     block_n: int | None = None,
     block_k: int | None = None,
     interpret: bool | None = None,
-    num_warps: int = _NUM_WARPS,
+    num_warps: int | None = None,
     num_stages: int = 1,
     name: str | None = None,
 ) -> jax.Array:
     """silu(g) * u for [g, u] = (x @ w[c].T) / rms(x); x [R, hidden], w [2, inner, hidden].
 
     `w` carries the RMSNorm scale (diag(scale) W). Returns [R, inner] in x's dtype.
+    `num_warps=None` picks by the tile's size (`_warps`).
     """
     rows, k = x.shape
     inner = w.shape[1]
     if block_n is None:
         block_n = min(_GATE_UP_BLOCK_N, _pow2(inner))
     block_n, block_k = _matvec_blocks(inner, k, 2, block_n, block_k)
+    if num_warps is None:
+        num_warps = _warps("gate_up", 2 * block_n * block_k)
     kernel = functools.partial(
         _gate_up_kernel, rows=rows, inner=inner, k=k, eps=eps, block_n=block_n, block_k=block_k
     )
@@ -475,7 +497,7 @@ def qkv_rope(
     block_j: int | None = None,
     block_k: int | None = None,
     interpret: bool | None = None,
-    num_warps: int = _NUM_WARPS,
+    num_warps: int | None = None,
     num_stages: int = 1,
     name: str | None = None,
 ) -> jax.Array:
@@ -486,6 +508,7 @@ def qkv_rope(
     head: its query heads, its key, its value; the RMSNorm scale folded into w); sin, cos
     [R, head_dim // 2] float32. Each program owns `block_j` dimension pairs (d, d + half) of
     one head, so the rotation happens in registers; value heads are not rotated.
+    `num_warps=None` picks by the tile's size (`_warps`).
     """
     rows, k = x.shape
     kv, slots, head_dim, _ = w.shape
@@ -494,10 +517,14 @@ def qkv_rope(
     half = head_dim // 2
     heads = kv * slots
     if block_j is None:
-        block_j, block_k = _matvec_blocks(heads * half, k, 2, None, block_k)
+        block_j, block_k = _matvec_blocks(
+            heads * half, k, 2, None, block_k, min_programs=_QKV_MIN_PROGRAMS
+        )
         block_j = min(block_j, _pow2(half))
     else:
         block_j, block_k = _matvec_blocks(heads * half, k, 2, block_j, block_k)
+    if num_warps is None:
+        num_warps = _warps("qkv", 2 * block_j * block_k)
     kernel = functools.partial(
         _qkv_rope_kernel,
         rows=rows,

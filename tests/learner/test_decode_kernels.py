@@ -3,6 +3,8 @@ serve against the XLA ones."""
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -293,3 +295,40 @@ def test_kernels_lower_to_triton_for_the_real_shapes(monkeypatch: pytest.MonkeyP
     # per layer: qkv, attention (split over the cache), combine, o_proj, gate_up, down
     assert len(calls) == 6 * cfg.num_layers
     assert sum("output_operand_alias" in line for line in calls) == cfg.num_layers
+
+
+def _launch(fn, *args) -> tuple[tuple[int, int], int]:
+    """(grid x, grid y) and warps of the one Triton kernel `fn` lowers to for a CUDA GPU."""
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    found = re.search(r"grid_x = (\d+).*?grid_y = (\d+).*?num_warps = (\d+)", text)
+    assert found, "no Triton kernel in the lowered module"
+    return (int(found[1]), int(found[2])), int(found[3])
+
+
+@pytest.mark.parametrize(
+    ("preset", "qkv_launch", "gate_up_warps"),
+    [("qwen2.5-0.5b", ((18, 16), 2), 1), ("qwen2.5-1.5b", ((16, 32), 4), 4)],
+)
+def test_half_tiles_take_their_measured_launch_and_full_tiles_keep_four_warps(
+    preset: str, qkv_launch: tuple[tuple[int, int], int], gate_up_warps: int
+) -> None:
+    """0.5B's 896-wide rows fill half a tile: QKV runs 288 programs of 2 warps and gate-up
+    1 warp (measured faster on an H200); 1.5B's full tiles keep the settings they had."""
+    cfg = qwen2.Qwen2Config.from_hf(qwen2.PRESETS[preset])
+    hidden, group = cfg.hidden_size, cfg.num_heads // cfg.num_kv_heads
+    half = cfg.head_dim // 2
+    bf16 = jnp.bfloat16
+    x = jax.ShapeDtypeStruct((1, hidden), bf16)
+    qkv_w = jax.ShapeDtypeStruct((cfg.num_kv_heads, group + 2, cfg.head_dim, hidden), bf16)
+    bias = jax.ShapeDtypeStruct(qkv_w.shape[:3], bf16)
+    angle = jax.ShapeDtypeStruct((1, half), jnp.float32)
+    gate_up_w = jax.ShapeDtypeStruct((2, cfg.intermediate_size, hidden), bf16)
+
+    def qkv(x, w, b, sin, cos):
+        return dk.qkv_rope(x, w, b, sin, cos, eps=1e-6, interpret=False)
+
+    def gate_up(x, w):
+        return dk.gate_up_silu(x, w, eps=1e-6, interpret=False)
+
+    assert _launch(qkv, x, qkv_w, bias, angle, angle) == qkv_launch
+    assert _launch(gate_up, x, gate_up_w)[1] == gate_up_warps
