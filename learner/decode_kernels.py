@@ -58,10 +58,10 @@ _MIN_PROGRAMS = 128  # about one per SM of an H100 / H200 (132)
 _QKV_MIN_PROGRAMS = 256
 _ATTENTION_PROGRAMS = 64  # split the cache length until about this many attention programs
 _NUM_WARPS = 4
-# Warps of a program whose weight tiles fill at most half the budget (`_TILE // 2` elements,
-# as Qwen2-0.5B's 896-wide rows do), the fastest measured per kernel on an H200
+# Warps of a one-row program whose weight tiles fill at most half the budget (`_TILE // 2`
+# elements, as Qwen2-0.5B's 896-wide rows do), the fastest measured per kernel on an H200
 # (`bench.decode_kernel_sweep`: QKV 1.10x with 2 warps, gate-up 1.07x with 1, against 4).
-# Fuller tiles (1.5B and up) keep `_NUM_WARPS`.
+# Fuller tiles (1.5B and up) and more rows (more arithmetic a program) keep `_NUM_WARPS`.
 _HALF_TILE_WARPS = {"qkv": 2, "gate_up": 1}
 
 Ref = Any  # a Pallas reference to a kernel operand (Triton: a pointer)
@@ -98,9 +98,9 @@ def _load(ref: Ref, mask: jax.Array | None, other: float = 0) -> jax.Array:
     return plgpu.load(ref, mask=mask, other=other)
 
 
-def _warps(kernel: str, tile: int) -> int:
+def _warps(kernel: str, tile: int, rows: int) -> int:
     """Triton warps for a program of `kernel` holding `tile` weight elements a step."""
-    return _HALF_TILE_WARPS[kernel] if tile <= _TILE // 2 else _NUM_WARPS
+    return _HALF_TILE_WARPS[kernel] if rows == 1 and tile <= _TILE // 2 else _NUM_WARPS
 
 
 def _matvec_blocks(
@@ -414,7 +414,7 @@ def gate_up_silu(
         block_n = min(_GATE_UP_BLOCK_N, _pow2(inner))
     block_n, block_k = _matvec_blocks(inner, k, 2, block_n, block_k)
     if num_warps is None:
-        num_warps = _warps("gate_up", 2 * block_n * block_k)
+        num_warps = _warps("gate_up", 2 * block_n * block_k, rows)
     kernel = functools.partial(
         _gate_up_kernel, rows=rows, inner=inner, k=k, eps=eps, block_n=block_n, block_k=block_k
     )
@@ -524,7 +524,7 @@ def qkv_rope(
     else:
         block_j, block_k = _matvec_blocks(heads * half, k, 2, block_j, block_k)
     if num_warps is None:
-        num_warps = _warps("qkv", 2 * block_j * block_k)
+        num_warps = _warps("qkv", 2 * block_j * block_k, rows)
     kernel = functools.partial(
         _qkv_rope_kernel,
         rows=rows,

@@ -306,22 +306,27 @@ def _launch(fn, *args) -> tuple[tuple[int, int], int]:
 
 
 @pytest.mark.parametrize(
-    ("preset", "qkv_launch", "gate_up_warps"),
-    [("qwen2.5-0.5b", ((18, 16), 2), 1), ("qwen2.5-1.5b", ((16, 32), 4), 4)],
+    ("preset", "rows", "qkv_launch", "gate_up_warps"),
+    [
+        ("qwen2.5-0.5b", 1, ((18, 16), 2), 1),
+        ("qwen2.5-0.5b", 2, ((18, 16), 4), 4),
+        ("qwen2.5-1.5b", 1, ((16, 32), 4), 4),
+    ],
 )
 def test_half_tiles_take_their_measured_launch_and_full_tiles_keep_four_warps(
-    preset: str, qkv_launch: tuple[tuple[int, int], int], gate_up_warps: int
+    preset: str, rows: int, qkv_launch: tuple[tuple[int, int], int], gate_up_warps: int
 ) -> None:
-    """0.5B's 896-wide rows fill half a tile: QKV runs 288 programs of 2 warps and gate-up
-    1 warp (measured faster on an H200); 1.5B's full tiles keep the settings they had."""
+    """0.5B's 896-wide rows fill half a tile: at one token row QKV runs 288 programs of 2
+    warps and gate-up 1 warp (measured faster on an H200); two rows, and 1.5B's full tiles,
+    keep 4 warps."""
     cfg = qwen2.Qwen2Config.from_hf(qwen2.PRESETS[preset])
     hidden, group = cfg.hidden_size, cfg.num_heads // cfg.num_kv_heads
     half = cfg.head_dim // 2
     bf16 = jnp.bfloat16
-    x = jax.ShapeDtypeStruct((1, hidden), bf16)
+    x = jax.ShapeDtypeStruct((rows, hidden), bf16)
     qkv_w = jax.ShapeDtypeStruct((cfg.num_kv_heads, group + 2, cfg.head_dim, hidden), bf16)
     bias = jax.ShapeDtypeStruct(qkv_w.shape[:3], bf16)
-    angle = jax.ShapeDtypeStruct((1, half), jnp.float32)
+    angle = jax.ShapeDtypeStruct((rows, half), jnp.float32)
     gate_up_w = jax.ShapeDtypeStruct((2, cfg.intermediate_size, hidden), bf16)
 
     def qkv(x, w, b, sin, cos):
