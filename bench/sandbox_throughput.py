@@ -431,6 +431,7 @@ class Row:
     count: int
     spares: int = 1
     in_flight: int = 2  # requests the client keeps in flight, per worker
+    timed: bool = True  # the requests asked for timing (off: what timing costs a verification)
     sandbox_s: float = 0.0
     plain_s: float = 0.0
     sandbox_verdicts: Counter[str] = field(default_factory=Counter)
@@ -547,10 +548,10 @@ def render(
         "the workers' time inside jobs (the stage table's job time); the rest is hand-over "
         "between jobs and the run's start and end.",
         "",
-        "| workers | per problem | spares | in flight | candidates | server start s "
+        "| workers | per problem | spares | in flight | timed | candidates | server start s "
         "| sandbox verif/s | workers busy | host CPU busy | plain verif/s | sandbox/plain "
         "| sandbox verdicts | plain outcomes |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
@@ -559,6 +560,7 @@ def render(
             str(row.per_problem),
             str(row.spares),
             str(row.workers * row.in_flight),
+            "yes" if row.timed else "no",
             str(row.count),
             f"{row.startup_s:.1f}",
             f"{row.sandbox_rate:.3f}",
@@ -618,6 +620,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[2],
         help="comma-separated requests the client keeps in flight per worker (a group's "
         "first job measures the baselines, and its other answers wait for them)",
+    )
+    parser.add_argument(
+        "--timing",
+        choices=("on", "off", "both"),
+        default="on",
+        help="whether the throughput requests ask for timing; both: a row of each, to see "
+        "what timing costs a verification (off on a CPU host either way)",
     )
     parser.add_argument("--candidates", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=10, help="timing-fidelity repeats")
@@ -704,17 +713,20 @@ def main(argv: list[str] | None = None) -> int:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(render(rows, device, timing, fidelity_lines(), notes))
 
-    for workers, group, spares, in_flight in itertools.product(
-        worker_counts, groups, args.spares, args.in_flight
+    timing_modes = [
+        m for m in (True, False) if timing and args.timing in ("both", "on" if m else "off")
+    ]
+    for workers, group, spares, in_flight, timed in itertools.product(
+        worker_counts, groups, args.spares, args.in_flight, timing_modes or [False]
     ):
         if args.max_seconds and time.monotonic() - began > args.max_seconds:
             notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
             continue
         cases = case_sets[group]
-        row = Row(workers, group, count=len(cases), spares=spares, in_flight=in_flight)
+        row = Row(workers, group, count=len(cases), spares=spares, in_flight=in_flight, timed=timed)
         console.print(
             f"[bold]{workers} worker(s), {group} per problem, {spares} spare(s), "
-            f"{in_flight} in flight per worker[/]: sandbox server ..."
+            f"{in_flight} in flight per worker{'' if timed else ', untimed'}[/]: sandbox server ..."
         )
         started = time.monotonic()
         try:
@@ -734,8 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with SandboxClient(server.target, timeout_s=3600) as client:
                 items = [
-                    {"problem": c.problem, "candidate": c.candidate, "timing": timing}
-                    for c in cases
+                    {"problem": c.problem, "candidate": c.candidate, "timing": timed} for c in cases
                 ]
                 started = time.monotonic()
                 busy_before, total_before = cpu_times()

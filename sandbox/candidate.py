@@ -12,6 +12,7 @@ compares and judges.
 from __future__ import annotations
 
 import errno
+import gc
 import importlib.util
 import json
 import os
@@ -91,6 +92,9 @@ class Harness:
         self._empty = torch.empty
         self.fds: list[int] = []  # shared device buffers that came with the current command
         self._shared_buffer: Any = None
+        # When each start-up step ended (the host's monotonic clock, which the grader shares):
+        # what a process spends before it is ready, reported with "ready".
+        self.startup: dict[str, float] = {}
         guard.install()
         if device == "cuda":
             from sandbox.device_share import SharedBuffer
@@ -104,10 +108,14 @@ class Harness:
             from sandbox.timing import SPIN_RATE_ENV, bind_clock
 
             torch.cuda.init()
+            torch.cuda.synchronize()  # the context itself: made by the first call that needs it
+            self.startup["cuda_init"] = time.monotonic()
             spin_rate = os.environ.get(SPIN_RATE_ENV)
             self.clock = bind_clock(float(spin_rate) if spin_rate else None)
+            self.startup["clock"] = time.monotonic()
             driver.active.utils  # noqa: B018 - loads (or builds) the driver helpers now
             _shorten_autotuning(driver.active)
+            self.startup["triton"] = time.monotonic()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
 
@@ -211,6 +219,7 @@ class Harness:
             "uid": os.getuid(),
             "pid": os.getpid(),
             "capabilities": int(caps.split()[1], 16) != 0,
+            "gc_frozen": gc.get_freeze_count(),  # objects inherited from the zygote, not walked
         }
         try:
             with open(msg["outside_path"], "w") as handle:
@@ -460,11 +469,14 @@ class Harness:
 
 def serve(fd: int, job_dir: str, device: str, processes: int) -> None:
     """Jail this process, say ready, obey the grader on pipe `fd`, then exit."""
+    began = time.monotonic()
     missing = isolation.enter_jail(job_dir, processes)
     os.chdir(job_dir)
+    jailed = time.monotonic()
     conn = Connection(fd)
     harness = Harness(conn, device, job_dir)
-    harness.reply(ok=True, ready=True, jail_missing=missing)
+    startup = {"serve": began, "jail": jailed, **harness.startup, "ready": time.monotonic()}
+    harness.reply(ok=True, ready=True, jail_missing=missing, startup=startup)
     harness.serve()
     sys.stdout.flush()
     os._exit(0)

@@ -958,6 +958,8 @@ class Grader:
         start_deadline = max(deadline, time.monotonic() + PROCESS_START_BUDGET_S)
         with _stage(result, "start"):
             proc.wait_ready(start_deadline)
+        for name, seconds in proc.startup_seconds(taken=time.monotonic()).items():
+            _add_stage(result, f"process.{name}", seconds)
         source_path = os.path.join(proc.job_dir, "candidate.py")
         with open(source_path, "w") as handle:
             handle.write(job.candidate)

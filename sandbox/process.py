@@ -119,6 +119,12 @@ def build_triton_seed(job_root: str, device: str) -> None:
         )
 
 
+# The harness's start-up steps, in order, each reported as the time it ended (`candidate.serve`):
+# spawn (the zygote's fork to the harness), jail, CUDA's context, the timing clock,
+# Triton's driver helpers, the reply.
+STARTUP_STEPS = ("jail", "cuda_init", "clock", "triton", "ready")
+
+
 class CandidateProcess:
     """One jailed candidate process, started ahead of its job."""
 
@@ -131,6 +137,7 @@ class CandidateProcess:
         launchers: LauncherCache | None = None,
         spin_cycles_per_us: float | None = None,
     ) -> None:
+        self.created = time.monotonic()
         self.device = device
         self.launchers = launchers
         self.launcher_requests = 0
@@ -243,6 +250,21 @@ class CandidateProcess:
                 raise CandidateDied("sandbox_error", "candidate process failed to start")
             self.ready_info = reply
         return self.ready_info
+
+    def startup_seconds(self, taken: float) -> dict[str, float]:
+        """How long each step of this process's start took (`STARTUP_STEPS`, from the
+        harness's "ready"), and how long it then waited for the job that took it at `taken`."""
+        marks = (self.ready_info or {}).get("startup")
+        if not isinstance(marks, dict):
+            return {}
+        seconds: dict[str, float] = {}
+        last = self.created
+        for name, mark in (("spawn", "serve"), *((step, step) for step in STARTUP_STEPS)):
+            at = marks.get(mark)
+            if isinstance(at, (int, float)):
+                seconds[name], last = max(0.0, at - last), at
+        seconds["idle"] = max(0.0, taken - last)
+        return seconds
 
     def request(
         self,

@@ -208,6 +208,10 @@ def test_the_first_call_sees_the_trials_shapes_and_is_timed_as_compile(
     result = sandbox_client.verify(PROBLEM, _kernel(same), timing=False)
     assert result.verdict == "correct", result.message
     assert "compile" in result.stage_seconds
+    # The candidate process's own start-up, step by step (parts of no job stage: dotted).
+    assert {"process.spawn", "process.jail", "process.ready", "process.idle"} <= set(
+        result.stage_seconds
+    )
 
 
 def test_what_a_candidate_does_wrong_on_its_first_call_is_judged(sandbox_client: Any) -> None:

@@ -52,12 +52,32 @@ def test_a_forked_candidate_is_jailed_and_answers(zygote: Zygote, tmp_path: Path
         assert not reply["connected"]
         # Compiling candidates yield to the graders (and the one being timed).
         assert os.getpriority(os.PRIO_PROCESS, proc.proc.pid) == CANDIDATE_NICE
+        # The zygote's imports (torch, Triton) are frozen: the fork's collections skip them.
+        assert reply["gc_frozen"] > 10_000
         if namespaces_available():
             assert ready["jail_missing"] == []
             assert reply["pid"] == 1 and not reply["capabilities"]
     finally:
         proc.close()
     assert not (tmp_path / "escaped").exists()
+
+
+def test_a_ready_candidate_says_how_long_its_start_up_steps_took(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    proc = CandidateProcess(zygote, str(tmp_path), "cpu", Limits())
+    try:
+        proc.wait_ready(time.monotonic() + 60)
+        time.sleep(0.2)  # a spare waiting for its job
+        taken = time.monotonic()
+        seconds = proc.startup_seconds(taken)
+    finally:
+        proc.close()
+    # On a CPU host there is no CUDA context, clock or Triton driver to start.
+    assert list(seconds) == ["spawn", "jail", "ready", "idle"]
+    assert min(seconds.values()) >= 0
+    assert seconds["idle"] >= 0.2
+    assert sum(seconds.values()) == pytest.approx(taken - proc.created)
 
 
 def test_the_exit_status_of_a_killed_candidate_is_reported(zygote: Zygote, tmp_path: Path) -> None:

@@ -1,0 +1,179 @@
+"""How many whole CUDA processes (start, a little work, exit) one host gets through a second.
+
+    python -m bench.cuda_lifecycles --in-flight 8 --seconds 8 \
+        --steps context,context+fill+sleep,context+ops,context+h2d,context+hold
+
+A sandbox that gives every candidate its own process pays, per candidate, for a CUDA
+context made and torn down by the driver, plus whatever else the process asks of the
+driver (kernels it loads, pinned memory, copies). `bench.cuda_startup` times the start of N
+processes launched together; this keeps `--in-flight` forks of a torch-imported parent (as
+the zygote's are) running at all times, a new one as each exits, and counts the exits: the
+steady-state rate that bounds verifications per second. Each step set is run forwards and
+then backwards through the list (drift between the halves shows as their spread); the
+first set, `context` alone by default, is the baseline of the same command.
+
+Steps (joined with `+`): `context` (CUDA's context and a 4 MiB allocation, always done);
+`fill` (PyTorch's fill kernel, as the timing clock's flush and the no-op check use);
+`sleep` (PyTorch's spin kernel); `ops` (three more PyTorch kernels: sigmoid, softmax, mul);
+`h2d` / `d2h` (a 4 MiB pageable copy); `flush` (the clock's 256 MiB flush buffer, zeroed);
+`hold` (the stream hold's kernel and pinned word, `sandbox.stream_hold`); `ns` (the fork
+first enters new pid, mount and network namespaces, as candidates do). `--env` adds
+settings of CUDA's environment to compare (NAME=VALUE, `;` between settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+STEPS = ("context", "fill", "sleep", "ops", "h2d", "d2h", "flush", "hold", "ns")
+
+
+def _run_steps(steps: set[str]) -> None:
+    """One candidate-like process's CUDA work; the caller exits right after."""
+    import torch
+
+    if "ns" in steps:
+        from sandbox.isolation import enter_namespaces, mount_proc
+
+        enter_namespaces()
+        inner = os.fork()
+        if inner:
+            _, status = os.waitpid(inner, 0)
+            os._exit(os.waitstatus_to_exitcode(status))
+        mount_proc()
+    block = torch.empty(1 << 20, device="cuda")  # the context, made by the first allocation
+    actions: dict[str, Callable[[], object]] = {
+        "fill": block.zero_,
+        "sleep": lambda: torch.cuda._sleep(100),
+        "ops": lambda: (torch.sigmoid(block), torch.softmax(block.view(1024, -1), 1), block * 2),
+        "h2d": lambda: block.copy_(torch.ones(1 << 20)),
+        "d2h": lambda: torch.empty(1 << 20).copy_(block),
+        "flush": lambda: torch.empty(64 << 20, dtype=torch.int32, device="cuda").zero_(),
+        "hold": _stream_hold,
+    }
+    for step in STEPS:
+        if step in actions and step in steps:
+            actions[step]()
+    torch.cuda.synchronize()
+
+
+def _stream_hold() -> None:
+    from sandbox.stream_hold import stream_hold
+
+    stream_hold()
+
+
+def lifecycles(steps: set[str], env: dict[str, str], in_flight: int, seconds: float) -> float:
+    """Processes that started CUDA, did `steps` and exited, per second, `in_flight` at a time."""
+    began = time.monotonic()
+    live: set[int] = set()
+    done = failed = 0
+    while True:
+        while len(live) < in_flight and time.monotonic() - began < seconds:
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.environ.update(env)
+                    _run_steps(steps)
+                    code = 0
+                finally:
+                    os._exit(code)
+            live.add(pid)
+        if not live:
+            break
+        pid, status = os.wait()
+        live.discard(pid)
+        done += 1
+        failed += os.waitstatus_to_exitcode(status) != 0
+    if failed:
+        raise RuntimeError(f"{failed} of {done} processes failed")
+    return done / (time.monotonic() - began)
+
+
+def parse_env(text: str) -> list[dict[str, str]]:
+    """`A=1;B=2,C=3` -> settings [{A: 1}, {B: 2, C: 3}]; an empty part is no extra setting."""
+    settings = []
+    for part in text.split(";"):
+        pairs = [p.strip() for p in part.split(",") if p.strip()]
+        if any("=" not in p or not p.split("=", 1)[0] for p in pairs):
+            raise ValueError(f"expected NAME=VALUE settings, not {part!r}")
+        settings.append(dict(p.split("=", 1) for p in pairs))
+    return settings
+
+
+Row = tuple[str, str, list[float]]
+
+
+def render(rows: list[Row], in_flight: int, gpu: str) -> str:
+    """Markdown: per step set and setting, the median rate and its ratio to the first row."""
+    base = statistics.median(rows[0][2]) if rows else 0.0
+    lines = [
+        f"# CUDA process lifecycles ({gpu}, {in_flight} in flight)",
+        "",
+        "| steps | environment | processes/s | runs | spread | vs first row |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for steps, env, rates in rows:
+        rate = statistics.median(rates)
+        spread = (max(rates) - min(rates)) / rate if rate else 0.0
+        lines.append(
+            f"| {steps} | {env or '-'} | {rate:.2f} | {len(rates)} | {100 * spread:.1f}% "
+            f"| {rate / base:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--in-flight", type=int, default=8, help="processes alive at once")
+    parser.add_argument("--seconds", type=float, default=8.0, help="per step set and half")
+    parser.add_argument(
+        "--steps", default="context,context+fill+sleep+hold+h2d", help="comma list of step sets"
+    )
+    parser.add_argument("--env", default="", help="';'-separated CUDA settings to compare")
+    parser.add_argument("--out", help="also write the table here")
+    args = parser.parse_args(argv)
+    sets = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = {step for s in sets for step in s.split("+")} - set(STEPS)
+    if not sets or unknown:
+        parser.error(f"--steps takes sets of {', '.join(STEPS)} joined by '+'; not {unknown}")
+    if args.in_flight < 1 or args.seconds <= 0:
+        parser.error("--in-flight needs >= 1 and --seconds > 0")
+    try:
+        settings = parse_env(args.env)
+    except ValueError as err:
+        parser.error(str(err))
+    # Every candidate gets one hardware queue (`sandbox.process.candidate_env`).
+    base_env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+    import torch  # imported before forking, as the zygote has it
+
+    try:
+        lifecycles({"context"}, base_env, 1, 0.01)  # a warm-up, and whether CUDA starts at all
+    except RuntimeError:
+        print("error: this benchmark needs an NVIDIA GPU (CUDA did not start)", file=sys.stderr)
+        return 2
+    plan = [(s, e) for s in sets for e in settings]
+    rates: dict[tuple[str, str], list[float]] = {}
+    for steps, env in [*plan, *reversed(plan)]:
+        label = ",".join(f"{k}={v}" for k, v in env.items())
+        rate = lifecycles(set(steps.split("+")), {**base_env, **env}, args.in_flight, args.seconds)
+        rates.setdefault((steps, label), []).append(rate)
+        print(f"{steps} {label or '-'}: {rate:.2f}/s", flush=True)
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "GPU"
+    table = render([(s, e, r) for (s, e), r in rates.items()], args.in_flight, gpu)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as handle:
+            handle.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
