@@ -343,21 +343,28 @@ class Server:
                 log_file.write(line)
                 log_file.flush()
 
-        threading.Thread(target=self._pump, args=(self.proc.stdout, lines.put), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, keep), daemon=True).start()
+        # A server that exits before its first line ends stdout: "" wakes the wait at once.
+        out = threading.Thread(target=self._pump, args=(self.proc.stdout, lines.put, ""))
+        err = threading.Thread(target=self._pump, args=(self.proc.stderr, keep))
+        for pump in (out, err):
+            pump.daemon = True
+            pump.start()
         try:
             first = lines.get(timeout=900)
         except queue.Empty:
             first = ""
         if not first.startswith("listening on "):
             self.proc.kill()
+            err.join(timeout=10)  # what it said before it died
             raise RuntimeError(f"the server did not start: {''.join(self.stderr).strip()}")
         self.target = first.split()[-1]
 
     @staticmethod
-    def _pump(stream: Any, sink: Any) -> None:
+    def _pump(stream: Any, sink: Any, at_end: str | None = None) -> None:
         for line in stream:
             sink(line)
+        if at_end is not None:
+            sink(at_end)
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)

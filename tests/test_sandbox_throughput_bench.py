@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench.sandbox_throughput import (
+    Server,
     busy_share,
     counts,
     load_cases,
@@ -78,3 +79,9 @@ def test_count_lists_are_checked_before_any_server_starts() -> None:
     for bad in ("0", "8,x", "", "-1"):
         with pytest.raises(argparse.ArgumentTypeError):
             counts(bad)
+
+
+@pytest.mark.timeout(120)  # not the 900 s a server gets to come up: it has already exited
+def test_a_server_that_dies_at_start_is_an_error_at_once_with_what_it_said() -> None:
+    with pytest.raises(RuntimeError, match="(?s)did not start.*invalid choice"):
+        Server(1, "no-such-device", 16, weak=True)
