@@ -1,42 +1,79 @@
 """How many whole CUDA processes (start, a little work, exit) one host gets through a second.
 
     python -m bench.cuda_lifecycles --in-flight 8 --seconds 8 \
-        --steps context,context+fill+sleep,context+ops,context+h2d,context+hold
+        --steps context,context+fill+sleep+hold+h2d,context+allocs,context+triton
 
 A sandbox that gives every candidate its own process pays, per candidate, for a CUDA
 context made and torn down by the driver, plus whatever else the process asks of the
 driver (kernels it loads, pinned memory, copies). `bench.cuda_startup` times the start of N
-processes launched together; this keeps `--in-flight` forks of a torch-imported parent (as
-the zygote's are) running at all times, a new one as each exits, and counts the exits: the
-steady-state rate that bounds verifications per second. Each step set is run forwards and
-then backwards through the list (drift between the halves shows as their spread); the
-first set, `context` alone by default, is the baseline of the same command.
+processes launched together; this keeps `--in-flight` forks of a parent with torch and
+Triton imported (as the zygote's are) running at all times, a new one as each exits, and
+counts the exits: the steady-state rate that bounds verifications per second. Each step set
+is run forwards and then backwards through the list (drift between the halves shows as
+their spread); the first set, `context` alone by default, is the baseline of the same
+command.
 
 Steps (joined with `+`): `context` (CUDA's context and a 4 MiB allocation, always done);
 `fill` (PyTorch's fill kernel, as the timing clock's flush and the no-op check use);
 `sleep` (PyTorch's spin kernel); `ops` (three more PyTorch kernels: sigmoid, softmax, mul);
 `h2d` / `d2h` (a 4 MiB pageable copy); `flush` (the clock's 256 MiB flush buffer, zeroed);
-`hold` (the stream hold's kernel and pinned word, `sandbox.stream_hold`); `ns` (the fork
-first enters new pid, mount and network namespaces, as candidates do). `--env` adds
-settings of CUDA's environment to compare (NAME=VALUE, `;` between settings).
+`hold` (the stream hold's kernel and pinned word, `sandbox.stream_hold`); `allocs` (five
+more tensors of new sizes, 256 KiB to 12 MiB: each a fresh block from the driver, as a
+candidate's inputs and outputs are); `triton` (a small Triton kernel compiled into the
+process's own cache, loaded and launched, as each candidate's is; the parent has warmed the
+compiler, as the zygote does); `ns` (the fork first enters new pid, mount and network
+namespaces, as candidates do). `--env` adds settings of CUDA's environment to compare
+(NAME=VALUE, `;` between settings).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-STEPS = ("context", "fill", "sleep", "ops", "h2d", "d2h", "flush", "hold", "ns")
+import torch
+import triton
+import triton.language as tl
+
+STEPS = (
+    "context", "fill", "sleep", "ops", "h2d", "d2h", "flush", "hold", "allocs", "triton", "ns",
+)  # fmt: skip
+_ALLOC_BYTES = (256 << 10, 1 << 20, 3 << 20, 6 << 20, 12 << 20)  # the `allocs` step's tensors
+
+
+@triton.jit
+def _scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2.0, mask=mask)
+
+
+def _triton_kernel(block: torch.Tensor) -> None:
+    """Compile `_scale` into a cache of this process's own, load it and launch it.
+
+    Triton's driver helpers come from the shared cache first, as a candidate's come from
+    the sandbox's seed of them: only the kernel is compiled here.
+    """
+    from triton.runtime import driver
+
+    driver.active.utils  # noqa: B018 - loads (or, in the first process, builds) the helpers
+    cache = tempfile.mkdtemp(prefix="lifecycle-triton-")
+    os.environ["TRITON_CACHE_DIR"] = cache
+    try:
+        n = block.numel()
+        _scale[(triton.cdiv(n, 1024),)](block, block, n, BLOCK=1024)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def _run_steps(steps: set[str]) -> None:
     """One candidate-like process's CUDA work; the caller exits right after."""
-    import torch
-
     if "ns" in steps:
         from sandbox.isolation import enter_namespaces, mount_proc
 
@@ -55,6 +92,8 @@ def _run_steps(steps: set[str]) -> None:
         "d2h": lambda: torch.empty(1 << 20).copy_(block),
         "flush": lambda: torch.empty(64 << 20, dtype=torch.int32, device="cuda").zero_(),
         "hold": _stream_hold,
+        "allocs": lambda: [torch.empty(n // 4, device="cuda") for n in _ALLOC_BYTES],
+        "triton": lambda: _triton_kernel(block),
     }
     for step in STEPS:
         if step in actions and step in steps:
@@ -134,9 +173,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=8, help="processes alive at once")
     parser.add_argument("--seconds", type=float, default=8.0, help="per step set and half")
     parser.add_argument(
-        "--steps", default="context,context+fill+sleep+hold+h2d", help="comma list of step sets"
+        "--steps",
+        default="context,context+fill+sleep+flush+hold+h2d+d2h,context+allocs,context+triton",
+        help="comma list of step sets",
     )
     parser.add_argument("--env", default="", help="';'-separated CUDA settings to compare")
+    parser.add_argument(
+        "--arch",
+        type=int,
+        default=90,
+        help="compute capability the parent's compiler is warmed for",
+    )
     parser.add_argument("--out", help="also write the table here")
     args = parser.parse_args(argv)
     sets = [s.strip() for s in args.steps.split(",") if s.strip()]
@@ -152,13 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Every candidate gets one hardware queue (`sandbox.process.candidate_env`).
     base_env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
-    import torch  # imported before forking, as the zygote has it
-
     try:
         lifecycles({"context"}, base_env, 1, 0.01)  # a warm-up, and whether CUDA starts at all
     except RuntimeError:
         print("error: this benchmark needs an NVIDIA GPU (CUDA did not start)", file=sys.stderr)
         return 2
+    if any("triton" in s.split("+") for s in sets):
+        from sandbox.zygote import warm_compile
+
+        warm_compile(args.arch)
     plan = [(s, e) for s in sets for e in settings]
     rates: dict[tuple[str, str], list[float]] = {}
     for steps, env in [*plan, *reversed(plan)]:
