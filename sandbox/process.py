@@ -119,9 +119,9 @@ def build_triton_seed(job_root: str, device: str) -> None:
         )
 
 
-# The harness's start-up steps, in order, each reported as the time it ended (`candidate.serve`):
-# spawn (the zygote's fork to the harness), jail, CUDA's context, the timing clock,
-# Triton's driver helpers, the reply.
+# The harness's start-up steps, in order, each reported as the time it ended
+# (`candidate.serve`), after `spawn` (its job directory made, the zygote's fork, up to the
+# harness): the jail, CUDA's context, the timing clock, Triton's driver helpers, the reply.
 STARTUP_STEPS = ("jail", "cuda_init", "clock", "triton", "ready")
 
 
