@@ -41,6 +41,9 @@ import torch
 import triton
 import triton.language as tl
 
+from sandbox.isolation import enter_namespaces, mount_proc
+from sandbox.stream_hold import stream_hold
+
 STEPS = (
     "context", "fill", "sleep", "ops", "h2d", "d2h", "flush", "hold", "allocs", "triton", "ns",
 )  # fmt: skip
@@ -75,8 +78,6 @@ def _triton_kernel(block: torch.Tensor) -> None:
 def _run_steps(steps: set[str]) -> None:
     """One candidate-like process's CUDA work; the caller exits right after."""
     if "ns" in steps:
-        from sandbox.isolation import enter_namespaces, mount_proc
-
         enter_namespaces()
         inner = os.fork()
         if inner:
@@ -91,7 +92,7 @@ def _run_steps(steps: set[str]) -> None:
         "h2d": lambda: block.copy_(torch.ones(1 << 20)),
         "d2h": lambda: torch.empty(1 << 20).copy_(block),
         "flush": lambda: torch.empty(64 << 20, dtype=torch.int32, device="cuda").zero_(),
-        "hold": _stream_hold,
+        "hold": stream_hold,
         "allocs": lambda: [torch.empty(n // 4, device="cuda") for n in _ALLOC_BYTES],
         "triton": lambda: _triton_kernel(block),
     }
@@ -99,12 +100,6 @@ def _run_steps(steps: set[str]) -> None:
         if step in actions and step in steps:
             actions[step]()
     torch.cuda.synchronize()
-
-
-def _stream_hold() -> None:
-    from sandbox.stream_hold import stream_hold
-
-    stream_hold()
 
 
 def lifecycles(steps: set[str], env: dict[str, str], in_flight: int, seconds: float) -> float:
