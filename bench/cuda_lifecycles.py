@@ -14,6 +14,9 @@ their spread); the first set, `context` alone by default, is the baseline of the
 command.
 
 Steps (joined with `+`): `context` (CUDA's context and a 4 MiB allocation, always done);
+`reserve` (one 512 MiB block taken from the driver and given back to PyTorch's cache at
+once, so that the later steps' large tensors are cut from it instead of each asking the
+driver);
 `fill` (PyTorch's fill kernel, as the timing clock's flush and the no-op check use);
 `sleep` (PyTorch's spin kernel); `ops` (three more PyTorch kernels: sigmoid, softmax, mul);
 `h2d` / `d2h` (a 4 MiB pageable copy); `flush` (the clock's 256 MiB flush buffer, zeroed);
@@ -45,8 +48,10 @@ from sandbox.isolation import enter_namespaces, mount_proc
 from sandbox.stream_hold import stream_hold
 
 STEPS = (
-    "context", "fill", "sleep", "ops", "h2d", "d2h", "flush", "hold", "allocs", "triton", "ns",
+    "context", "reserve", "fill", "sleep", "ops", "h2d", "d2h", "flush", "hold", "allocs",
+    "triton", "ns",
 )  # fmt: skip
+_RESERVE_BYTES = 512 << 20  # the `reserve` step's one segment: room for the flush and allocs
 _ALLOC_BYTES = (256 << 10, 1 << 20, 3 << 20, 6 << 20, 12 << 20)  # the `allocs` step's tensors
 
 
@@ -86,6 +91,7 @@ def _run_steps(steps: set[str]) -> None:
         mount_proc()
     block = torch.empty(1 << 20, device="cuda")  # the context, made by the first allocation
     actions: dict[str, Callable[[], object]] = {
+        "reserve": lambda: torch.empty(_RESERVE_BYTES, dtype=torch.uint8, device="cuda"),
         "fill": block.zero_,
         "sleep": lambda: torch.cuda._sleep(100),
         "ops": lambda: (torch.sigmoid(block), torch.softmax(block.view(1024, -1), 1), block * 2),

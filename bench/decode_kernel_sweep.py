@@ -73,10 +73,11 @@ class Setting:
         return ", ".join(f"{k}={v}" for k, v in self.options.items()) or "default"
 
 
-def settings(kernels: list[str]) -> list[Setting]:
+def settings(kernels: list[str], defaults_only: frozenset[str] = frozenset()) -> list[Setting]:
     out = []
     for kernel in kernels:
-        for index, options in enumerate([{}, *GRID[kernel]]):
+        grid = [] if kernel in defaults_only else GRID[kernel]
+        for index, options in enumerate([{}, *grid]):
             out.append(Setting(kernel, options, index))
     return out
 
@@ -306,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="0.5b")
     parser.add_argument("--kernels", default=",".join(GRID), help="comma list of " + ",".join(GRID))
+    parser.add_argument(
+        "--defaults-only", default="", help="comma list of kernels timed at their default alone"
+    )
     parser.add_argument("--rows", type=int, default=1, help="token rows (batch x 1)")
     parser.add_argument("--length", type=int, default=1536, help="KV cache slots")
     parser.add_argument("--layers", type=int, default=8, help="weight sets per call")
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.rows, args.length, args.layers, args.repeats) < 1:
         parser.error("--rows, --length, --layers and --repeats must be >= 1")
     shape = MODELS[args.model]
-    todo = settings(kernels)
+    todo = settings(kernels, frozenset(k for k in args.defaults_only.split(",") if k))
     if args.lower_only:
         return lower_all(args, todo, shape)
     report = render(measure(args, todo, shape), args)

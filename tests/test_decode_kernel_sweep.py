@@ -16,6 +16,17 @@ def test_every_down_setting_lowers_for_a_cuda_gpu(capsys: pytest.CaptureFixture[
     assert f"{count} of {count} settings lower" in capsys.readouterr().out
 
 
+def test_defaults_only_times_a_kernel_at_its_default_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--lower-only", "--kernels", "down,o_proj", "--defaults-only", "down"]
+    assert sweep.main(argv) == 0
+    count = 1 + len(sweep.GRID["o_proj"]) + 1
+    assert f"{count} of {count} settings lower" in capsys.readouterr().out
+    kernels = [s.kernel for s in sweep.settings(["down", "o_proj"], frozenset({"down"}))]
+    assert kernels.count("down") == 1 and kernels.count("o_proj") == count - 1
+
+
 def test_bad_kernel_names_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         sweep.main(["--kernels", "down,flash"])
