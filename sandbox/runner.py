@@ -135,7 +135,12 @@ class _Worker:
     def wait_ready(self) -> dict[str, Any]:
         if not self.conn.poll(WORKER_START_S):
             raise SandboxInfrastructureError("grader worker did not start")
-        self.ready = self.conn.recv()
+        try:
+            self.ready = self.conn.recv()
+        except EOFError:
+            raise SandboxInfrastructureError("grader worker exited while starting") from None
+        if not self.ready.get("ready"):
+            raise SandboxInfrastructureError(self.ready.get("error") or "grader worker failed")
         return self.ready
 
     def grade(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -215,9 +220,13 @@ class JobRunner:
             for n in range(config.workers)
         ]
         self._workers = workers
-        readies = await asyncio.gather(
-            *(loop.run_in_executor(self._threads, w.wait_ready) for w in workers)
-        )
+        try:
+            readies = await asyncio.gather(
+                *(loop.run_in_executor(self._threads, w.wait_ready) for w in workers)
+            )
+        except BaseException:
+            await self.close()  # the workers that did start go too
+            raise
         self._features = readies[0].get("features", [])
         self._provenance = readies[0].get("provenance", {})
         self._health_problem = next((r["health"] for r in readies if r.get("health")), "")

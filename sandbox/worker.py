@@ -127,10 +127,16 @@ def warm_torch_compile(device: str) -> None:
 
 def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: bool) -> None:
     from sandbox.grader import Grader, Job
+    from sandbox.zygote import ZygoteError
 
     os.environ.pop("TRITON_INTERPRET", None)
     grader = Grader(config, device)
-    grader.prestart()
+    try:
+        grader.prestart()
+    except ZygoteError as err:  # candidates cannot run on this host: say why, once
+        conn.send({"ready": False, "error": str(err)})
+        grader.close()
+        return
     health = held_self_test(grader.gate, device)
     features = probe_isolation(grader) if probe else []
     if device == "cuda":

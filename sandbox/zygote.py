@@ -79,8 +79,12 @@ def warm_compile(arch: int) -> None:
     triton.compile(source, target=GPUTarget("cuda", arch, 32))
 
 
-def _preload(device: str, arch: int | None) -> None:
-    """Import what every candidate needs and warm Triton's compiler, touching no GPU."""
+def _preload(device: str, arch: int | None) -> str:
+    """Import what every candidate needs and warm Triton's compiler, touching no GPU.
+
+    Returns why candidates cannot run here ('' when they can): on the CPU, whether Triton's
+    interpreter works with this NumPy (`sandbox.interpreter_check`).
+    """
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import triton  # noqa: F401
@@ -98,8 +102,10 @@ def _preload(device: str, arch: int | None) -> None:
                 warm_compile(arch)
             except Exception as err:  # noqa: BLE001 - only speed is lost
                 print(f"zygote: compiler warm-up failed: {err}", file=sys.stderr)
-    else:
-        import triton.runtime.interpreter  # noqa: F401
+        return ""
+    from sandbox.interpreter_check import interpreter_problem
+
+    return interpreter_problem()
 
 
 def _set_death_signal() -> None:
@@ -173,7 +179,7 @@ def _returncode(status: int) -> int:
 
 
 def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
-    _preload(device, arch)
+    problem = _preload(device, arch)
     # What torch and Triton made stays out of every fork's garbage collections: a full
     # collection in a candidate would otherwise walk (and so copy, page by page) all of the
     # zygote's objects, about 0.1 s of CPU and 40 MiB per process.
@@ -205,6 +211,9 @@ def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
             children.discard(pid)
             send({"exited": pid, "status": _returncode(status)})
 
+    if problem:
+        send({"ready": False, "error": problem})
+        return
     send({"ready": True, "pid": os.getpid()})
     try:
         while True:
@@ -304,7 +313,7 @@ class Zygote:
         ours.settimeout(None)
         if not ready.get("ready"):
             self.close()
-            raise ZygoteError("the candidate zygote did not start")
+            raise ZygoteError(ready.get("error") or "the candidate zygote did not start")
         threading.Thread(target=self._read, daemon=True, name="zygote-reader").start()
 
     @property

@@ -35,6 +35,11 @@ import importlib.util, json, sys
 import torch
 from triton.runtime.autotuner import Autotuner
 from sandbox.guard import _wrap_autotuner
+from sandbox.interpreter_check import interpreter_problem
+
+if interpreter_problem():  # this host cannot interpret kernels (its own test says why)
+    print(json.dumps({"interpreter": interpreter_problem()}))
+    sys.exit(0)
 
 # The interpreter cannot benchmark: autotuned kernels run their first config.
 Autotuner.run = _wrap_autotuner(Autotuner.run, interpreted=True)
@@ -146,5 +151,7 @@ def test_honest_kernels_match_reference_without_sandbox(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "interpreter" in report:
+        pytest.skip(report["interpreter"])
     failures = {Path(path).name: issues for path, issues in report.items() if issues}
     assert failures == {}, f"honest kernels disagree with their references: {failures}"
