@@ -9,6 +9,7 @@ SIGTERM and must exit 0.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import signal
@@ -29,6 +30,32 @@ from sandbox.client import SandboxClient
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 90.0
+
+
+@functools.cache
+def cpu_interpreter_problem() -> str:
+    """Why Triton's interpreter cannot run kernels here ('' when it can): CPU zygotes refuse."""
+    check = "from sandbox.interpreter_check import interpreter_problem as p; print(p())"
+    proc = subprocess.run(
+        [sys.executable, "-c", check],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""},
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+@pytest.fixture
+def cpu_candidates() -> None:
+    """For tests that start CPU candidate processes: skipped, with the reason, on a host whose
+    interpreter cannot run (a GPU host's own NumPy, say); CI's pinned NumPy runs them."""
+    problem = cpu_interpreter_problem()
+    if problem:
+        pytest.skip(problem)
+
 
 # -- sources -------------------------------------------------------------------------------
 

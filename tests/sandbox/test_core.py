@@ -246,6 +246,7 @@ def fused_operator(x):
         (KeyError("surprise"), "grader error: KeyError"),
     ],
 )
+@pytest.mark.usefixtures("cpu_candidates")
 def test_grader_failures_are_sandbox_errors_not_verdicts_on_the_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, fragment: str
 ) -> None:

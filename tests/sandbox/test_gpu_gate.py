@@ -166,6 +166,7 @@ def test_the_wait_for_overruns_is_bounded_and_readers_pass(tmp_path: Path) -> No
         assert after.quiet and after.overrun_wait_s < 1
 
 
+@pytest.mark.usefixtures("cpu_candidates")
 def test_a_graders_call_past_its_lease_marks_the_gpu_busy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,7 +22,7 @@ from sandbox.zygote import CANDIDATE_NICE, Zygote
 
 
 @pytest.fixture
-def zygote(tmp_path: Path) -> Iterator[Zygote]:
+def zygote(tmp_path: Path, cpu_candidates: None) -> Iterator[Zygote]:
     home = tmp_path / "zygote"
     home.mkdir()
     started = Zygote("cpu", candidate_env(str(home), "cpu"))
@@ -92,6 +92,7 @@ def test_the_exit_status_of_a_killed_candidate_is_reported(zygote: Zygote, tmp_p
         proc.close()
 
 
+@pytest.mark.usefixtures("cpu_candidates")
 def test_closing_the_zygote_kills_what_it_started(tmp_path: Path) -> None:
     home = tmp_path / "zygote"
     home.mkdir()
@@ -127,6 +128,7 @@ def test_the_compiler_warm_up_leaves_one_thread_to_fork(tmp_path: Path) -> None:
     assert any((tmp_path / ".triton").rglob("*.cubin"))
 
 
+@pytest.mark.usefixtures("cpu_candidates")
 def test_a_grader_outlives_its_zygote(tmp_path: Path) -> None:
     """A killed zygote takes its forks along; the next job still gets a verdict on the kernel."""
     from sandbox.config import SandboxConfig
@@ -145,6 +147,7 @@ def test_a_grader_outlives_its_zygote(tmp_path: Path) -> None:
         grader.close()
 
 
+@pytest.mark.usefixtures("cpu_candidates")
 def test_a_grader_keeps_its_spares_started_and_hands_out_the_oldest(tmp_path: Path) -> None:
     """`spares=2`: two processes on their way; a job takes the oldest live one (a dead one
     is passed over) and the next starts at once; closing the grader ends them all."""
