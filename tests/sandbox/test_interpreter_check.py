@@ -13,9 +13,8 @@ import pytest
 from sandbox.process import candidate_env
 from sandbox.zygote import Zygote, ZygoteError
 from tests.sandbox.cases.manifest import CASES_DIR
-from tests.sandbox.conftest import REPO_ROOT
+from tests.sandbox.conftest import REPO_ROOT, cpu_interpreter_problem
 
-_CHECK = "from sandbox.interpreter_check import interpreter_problem; print(interpreter_problem())"
 _NUMPY_WITHOUT_SCALAR_ARRAYS = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 4)
 
 
@@ -31,17 +30,7 @@ def _fault_dir(tmp_path: Path) -> Path:
 
 
 def test_the_check_runs_a_looping_kernel_in_the_interpreter() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHECK],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=120,
-        check=True,
-    )
-    problem = proc.stdout.strip()
+    problem = cpu_interpreter_problem()  # in a process with TRITON_INTERPRET=1
     if _NUMPY_WITHOUT_SCALAR_ARRAYS and problem:  # Triton 3.6 with NumPy 2.4: named, with the fix
         assert np.__version__ in problem and "numpy<2.4" in problem
     else:
