@@ -11,7 +11,11 @@ What it measures, in one run:
    imports torch and Triton, runs reference and candidate 5 times, compares, and times
    both with CUDA events; as many processes at once as the server had workers. The
    ratio of the two is the price of isolation and of the extra checks.
-3. Timing fidelity: one kernel verified 10 times (spread of the reported medians), and
+3. The machine's own ceiling, before the first server: bare CUDA processes (a context made
+   and torn down, 8 alive at once; `bench.cuda_lifecycles --steps context`) a second. Every
+   candidate needs one such process, the rate moves by a third between machines of one
+   kind, and each row's rate is also given as a share of it.
+4. Timing fidelity: one kernel verified 10 times (spread of the reported medians), and
    a candidate doing exactly the eager operation's memory traffic (a Triton relu
    against torch.relu), whose speedup should read ~1.00; that check again while the other
    workers verify GiB elementwise kernels (the load of a teacher or RL run).
@@ -30,6 +34,7 @@ import json
 import os
 import queue
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -539,8 +544,14 @@ def stage_table(rows: list[Row]) -> list[str]:
 
 
 def render(
-    rows: list[Row], device: str, timing: bool, fidelity_lines: list[str], notes: list[str]
+    rows: list[Row],
+    device: str,
+    timing: bool,
+    fidelity_lines: list[str],
+    notes: list[str],
+    process_rate: float | None = None,
 ) -> str:
+    """The report; `process_rate`: the machine's bare CUDA processes a second, if measured."""
     md = [
         "# Sandbox throughput",
         "",
@@ -555,10 +566,20 @@ def render(
         "the workers' time inside jobs (the stage table's job time); the rest is hand-over "
         "between jobs and the run's start and end.",
         "",
+        *(
+            [
+                f"This machine makes and tears down {process_rate:.2f} bare CUDA processes a "
+                "second (context only, 8 alive at once, before the first server): every "
+                "candidate needs one, so `of bare` is each row's share of that ceiling.",
+                "",
+            ]
+            if process_rate
+            else []
+        ),
         "| workers | per problem | spares | in flight | timed | candidates | server start s "
-        "| sandbox verif/s | workers busy | host CPU busy | plain verif/s | sandbox/plain "
-        "| sandbox verdicts | plain outcomes |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| sandbox verif/s | of bare | workers busy | host CPU busy | plain verif/s "
+        "| sandbox/plain | sandbox verdicts | plain outcomes |",
+        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         ratio = f"{row.sandbox_rate / row.plain_rate:.2f}" if row.plain_rate else "n/a"
@@ -571,6 +592,7 @@ def render(
             str(row.count),
             f"{row.startup_s:.1f}",
             f"{row.sandbox_rate:.3f}",
+            f"{100 * row.sandbox_rate / process_rate:.0f}%" if process_rate else "n/a",
             f"{100 * row.workers_busy:.0f}%" if row.workers_busy is not None else "n/a",
             f"{100 * row.cpu_busy:.0f}%" if row.cpu_busy is not None else "n/a",
             f"{row.plain_rate:.3f} ({row.plain_count})" if row.plain_s else "n/a",
@@ -586,6 +608,28 @@ def render(
         md += ["", "## Not correct (every candidate should be)", ""]
         md += [f"- {n}" for n in notes[:50]]
     return "\n".join(md) + "\n"
+
+
+def parse_lifecycle_rates(text: str) -> list[float]:
+    """The context-only rates (processes a second) in `bench.cuda_lifecycles`' output."""
+    return [float(m.group(1)) for m in re.finditer(r"^context -: ([0-9.]+)/s$", text, re.M)]
+
+
+def cuda_process_rate(seconds: float = 4.0, in_flight: int = 8) -> float | None:
+    """Bare CUDA processes a second on this machine (the median of two passes), or None.
+
+    A subprocess of its own: this process must not start CUDA before forking its servers.
+    """
+    command = [sys.executable, "-m", "bench.cuda_lifecycles", "--steps", "context"]
+    command += ["--seconds", str(seconds), "--in-flight", str(in_flight)]
+    try:
+        proc = subprocess.run(
+            command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120 + 4 * seconds
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    rates = parse_lifecycle_rates(proc.stdout)
+    return statistics.median(rates) if proc.returncode == 0 and rates else None
 
 
 def counts(text: str) -> list[int]:
@@ -644,6 +688,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="start no new row after this long"
+    )
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip measuring the machine's bare CUDA processes a second (GPU only, ~12 s)",
     )
     parser.add_argument("--out", type=Path, help="write the markdown report here")
     parser.add_argument("--server-log", type=Path, help="append the servers' stderr here")
@@ -715,10 +764,24 @@ def main(argv: list[str] | None = None) -> int:
             ),
         ]
 
+    process_rate = None
+    if timing and not args.no_reference:
+        console.print("[bold]the machine's bare CUDA processes a second[/] ...")
+        process_rate = cuda_process_rate()
+        print(
+            f"bare CUDA processes: {process_rate:.2f}/s"
+            if process_rate
+            else "bare CUDA processes: not measured (bench.cuda_lifecycles failed)",
+            flush=True,
+        )
+
+    def report() -> str:
+        return render(rows, device, timing, fidelity_lines(), notes, process_rate)
+
     def save() -> None:
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(render(rows, device, timing, fidelity_lines(), notes))
+            args.out.write_text(report())
 
     timing_modes = [
         m for m in (True, False) if timing and args.timing in ("both", "on" if m else "off")
@@ -830,8 +893,7 @@ def main(argv: list[str] | None = None) -> int:
             if "candidate_ms" in r:
                 fidelity_plain.append(r["candidate_ms"])
 
-    report = render(rows, device, timing, fidelity_lines(), notes)
-    Console(soft_wrap=True).print(report, markup=False)
+    Console(soft_wrap=True).print(report(), markup=False)
     save()
     if args.out:
         console.print(f"wrote {args.out}")

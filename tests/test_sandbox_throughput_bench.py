@@ -8,13 +8,18 @@ import time
 from typing import Any
 
 import pytest
+import torch
 
 from bench.sandbox_throughput import (
+    Row,
     Server,
     busy_share,
     counts,
+    cuda_process_rate,
     load_cases,
     other_seconds,
+    parse_lifecycle_rates,
+    render,
     while_loaded,
 )
 
@@ -85,3 +90,19 @@ def test_count_lists_are_checked_before_any_server_starts() -> None:
 def test_a_server_that_dies_at_start_is_an_error_at_once_with_what_it_said() -> None:
     with pytest.raises(RuntimeError, match="(?s)did not start.*invalid choice"):
         Server(1, "no-such-device", 16, weak=True)
+
+
+def test_the_machines_ceiling_is_read_from_the_lifecycles_bench_and_shared_out() -> None:
+    output = "context -: 12.49/s\ncontext -: 11.77/s\n# CUDA process lifecycles\n"
+    assert parse_lifecycle_rates(output) == [12.49, 11.77]
+    assert parse_lifecycle_rates("context+fill -: 9.00/s\n") == []  # the context row alone
+    row = Row(workers=8, per_problem=8, count=200, sandbox_s=25.0)  # 8 verifications a second
+    report = render([row], "cuda", True, [], [], process_rate=12.5)
+    assert "12.50 bare CUDA processes" in report
+    assert "| 8.000 | 64% |" in report  # 8 / 12.5
+    assert "| 8.000 | n/a |" in render([row], "cuda", True, [], [])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_without_a_gpu_the_ceiling_is_not_measured() -> None:
+    assert cuda_process_rate(seconds=0.1) is None
