@@ -47,7 +47,9 @@ def _grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
 # The settings tried per kernel (the default, {}, always first). Kernel options as data.
 GRID: dict[str, list[dict[str, Any]]] = {
     "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(1, 2, 4, 8)),
-    "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,)),
+    "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,))
+    # one program per KV head, its loop over the live chunks software-pipelined
+    + _grid(splits=(1, 2), block_s=(64, 128, 256), num_warps=(4, 8), num_stages=(2, 3, 4)),
     "o_proj": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8))
     + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,)),
     "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(1, 2, 4, 8), num_stages=(1, 2)),
@@ -99,11 +101,20 @@ _ARGUMENTS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def arguments(
-    kernel: str, shape: tuple[int, ...], rows: int, length: int, layers: int, lower: bool
+    kernel: str,
+    shape: tuple[int, ...],
+    rows: int,
+    length: int,
+    layers: int,
+    lower: bool,
+    index: int | None = None,
 ) -> tuple[Any, ...]:
     """The arguments of a kernel's calls, made once and shared by all its settings (abstract
-    shapes when `lower`, random bf16 arrays otherwise)."""
-    key = (kernel, shape, rows, length, layers, lower)
+    shapes when `lower`, random bf16 arrays otherwise). `index`: the new token's cache slot
+    (attention reads the slots up to it), by default two thirds of the way."""
+    if index is None:
+        index = 2 * length // 3
+    key = (kernel, shape, rows, length, layers, lower, index)
     if key in _ARGUMENTS:
         return _ARGUMENTS[key]
     _ARGUMENTS.clear()  # one kernel's arrays at a time: 7B weights take GiBs
@@ -138,7 +149,7 @@ def arguments(
         args = (
             arr((rows, kv, group + 2, head_dim), scale=1.0),
             arr((rows, length), jnp.int32),
-            arr((1,), jnp.int32),
+            jax.ShapeDtypeStruct((1,), jnp.int32) if lower else jnp.full((1,), index, jnp.int32),
             per_layer((rows, kv, length, head_dim), 1.0),
             per_layer((rows, kv, length, head_dim), 1.0),
         )
@@ -232,7 +243,9 @@ def measure(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...
     compiled: list[Setting] = []
     # One trace per kernel: its settings share one set of arrays (7B weights take GiBs).
     for kernel in dict.fromkeys(s.kernel for s in todo):
-        fn_args = arguments(kernel, shape, args.rows, args.length, args.layers, lower=False)
+        fn_args = arguments(
+            kernel, shape, args.rows, args.length, args.layers, lower=False, index=args.index
+        )
         ready = []
         for setting in (s for s in todo if s.kernel == kernel):
             fn = build(setting, lower=False)
@@ -312,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=1, help="token rows (batch x 1)")
     parser.add_argument("--length", type=int, default=1536, help="KV cache slots")
+    parser.add_argument(
+        "--index",
+        type=int,
+        help="the new token's cache slot (attention reads up to it); default: two thirds of "
+        "--length, the average of a 512-token prompt decoding 1,024 tokens into 1,536 slots",
+    )
     parser.add_argument("--layers", type=int, default=8, help="weight sets per call")
     parser.add_argument("--repeats", type=int, default=5, help="calls of each setting traced")
     parser.add_argument("--bandwidth", type=float, default=3800.0, help="copy GB/s, for %%")
@@ -324,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--kernels takes some of {','.join(GRID)} (got {','.join(unknown)})")
     if min(args.rows, args.length, args.layers, args.repeats) < 1:
         parser.error("--rows, --length, --layers and --repeats must be >= 1")
+    if args.index is not None and not 0 <= args.index < args.length:
+        parser.error("--index must be a slot of the cache: 0 <= index < --length")
     shape = MODELS[args.model]
     todo = settings(kernels, frozenset(k for k in args.defaults_only.split(",") if k))
     if args.lower_only:

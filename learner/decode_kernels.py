@@ -640,7 +640,11 @@ def _attention_kernel(
     top0 = jnp.full((block_g,), _NEG_INF, f32)
     total0 = jnp.zeros((block_g,), f32)
     acc0 = jnp.zeros((block_g, block_d), f32)
-    top, total, acc = jax.lax.fori_loop(0, chunks, step, (top0, total0, acc0))
+    # Only the chunks up to the new token's slot: later slots are the future (masked anyway),
+    # so a program's loop, and the cache it reads, grow with the sequence, not the cache.
+    live = (index + block_s) // block_s - split * chunks
+    count = jnp.clip(live, 0, chunks)
+    top, total, acc = jax.lax.fori_loop(0, count, step, (top0, total0, acc0))
     if splits == 1:
         (out_ref,) = out_refs
         out = (acc / total[:, None]).astype(out_ref.dtype)
@@ -702,9 +706,11 @@ def attention(
     cache_k, cache_v [R, kv_heads, length, head_dim], updated in place (aliased). Returns the
     attention output [R, heads * head_dim] (heads in q_proj order) and the two caches.
 
-    Same semantics as `qwen2.cached_attention` with T = 1: scores in float32 scaled by
-    1 / sqrt(head_dim), masked slots at a finite minimum (a row with nothing to attend to
-    averages), probabilities in the compute dtype against the values. A program owns one
+    Same semantics as `qwen2.cached_attention` with T = 1 under a causal mask: scores in
+    float32 scaled by 1 / sqrt(head_dim), masked slots at a finite minimum, probabilities in
+    the compute dtype against the values. The mask must exclude the slots after `index` (the
+    future): `block_s`-long chunks of them are never read, so the work grows with the
+    sequence. A program owns one
     (row, KV head, split of the cache length): all `group` query heads share each key and value
     tile, read once. With more than one split, a second small kernel merges the splits'
     online-softmax partials; `splits=None` picks enough splits for ~64 programs.

@@ -140,6 +140,33 @@ def test_attention_equals_cached_attention(rows, kv, group, head_dim, length, bl
     np.testing.assert_array_equal(np.asarray(new_v), np.asarray(cache.v))
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_attention_never_reads_the_chunks_after_the_new_tokens(splits: int) -> None:
+    """Chunks of the cache wholly in the future hold NaN here: reading one would give NaN."""
+    rows, kv, group, head_dim, length, index = 2, 2, 3, 16, 64, 21
+    rng = np.random.default_rng(splits)
+    qkv = _normal(rng, (rows, kv, group + 2, head_dim))
+    cache_k, cache_v = (_normal(rng, (rows, kv, length, head_dim)) for _ in range(2))
+    slots = jnp.arange(length)
+    mask = jnp.broadcast_to(slots <= index, (rows, length))
+    block_s = 16
+    future = (slots >= (index // block_s + 1) * block_s)[None, None, :, None]
+    got, _, _ = dk.attention(
+        qkv,
+        mask,
+        jnp.where(future, jnp.nan, cache_k),
+        jnp.where(future, jnp.nan, cache_v),
+        jnp.int32(index),
+        block_s=block_s,
+        splits=splits,
+    )
+    want, _, _ = dk.attention(
+        qkv, mask, jnp.where(future, 0.0, cache_k), jnp.where(future, 0.0, cache_v), index
+    )
+    assert bool(jnp.all(jnp.isfinite(got)))
+    _close(got, want, 1e-6)
+
+
 # --------------------------------------------------------------------------------------------
 # The decode paths
 # --------------------------------------------------------------------------------------------
