@@ -222,6 +222,56 @@ def _matvec_residual_kernel(
         plgpu.store(o_ref.at[np.int32(r), pl.ds(n0, block_n)], y, mask=n_ok)
 
 
+def _matvec_dot_kernel(
+    x_ref: Ref,
+    w_ref: Ref,
+    res_ref: Ref,
+    o_ref: Ref,
+    *,
+    rows: int,
+    n: int,
+    k: int,
+    block_r: int,
+    block_n: int,
+    block_k: int,
+) -> None:
+    """The token rows as one [block_r, block_k] tile against the weights', on tensor cores.
+
+    A loop whose loads feed a dot is one Triton software-pipelines (`num_stages` > 1): a
+    program streams a long contracted dimension instead of paying a round trip a chunk.
+    """
+    f32 = jnp.float32
+    n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
+    n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
+    r_ok = (jnp.arange(block_r) < rows) if block_r != rows else None
+    k_tail = k % block_k != 0
+
+    def step(i: jax.Array, acc: jax.Array) -> jax.Array:
+        k0 = pl.multiple_of(i * block_k, block_k)
+        k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
+        x_ok = _and(
+            None if r_ok is None else r_ok[:, None], None if k_ok is None else k_ok[None, :]
+        )
+        w_ok = _and(
+            None if n_ok is None else n_ok[:, None], None if k_ok is None else k_ok[None, :]
+        )
+        x = _load(x_ref.at[pl.ds(0, block_r), pl.ds(k0, block_k)], x_ok)
+        w = _load(w_ref.at[pl.ds(n0, block_n), pl.ds(k0, block_k)], w_ok).astype(x.dtype)
+        return acc + jax.lax.dot_general(
+            x,
+            w,
+            (((1,), (1,)), ((), ())),
+            precision=jax.lax.Precision.HIGHEST,
+            preferred_element_type=f32,
+        )
+
+    acc = jax.lax.fori_loop(0, _cdiv(k, block_k), step, jnp.zeros((block_r, block_n), f32))
+    out_ok = _and(None if r_ok is None else r_ok[:, None], None if n_ok is None else n_ok[None, :])
+    res = _load(res_ref.at[pl.ds(0, block_r), pl.ds(n0, block_n)], out_ok)
+    y = res + acc.astype(res.dtype)
+    plgpu.store(o_ref.at[pl.ds(0, block_r), pl.ds(n0, block_n)], y, mask=out_ok)
+
+
 def _matvec_partial_kernel(
     x_ref: Ref,
     w_ref: Ref,
@@ -284,6 +334,7 @@ def matvec_residual(
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
     splits: int = 1,
+    dot: bool = False,
     name: str | None = None,
 ) -> jax.Array:
     """residual + x @ w.T for x [R, k], w [n, k], residual [R, n]; in residual's dtype.
@@ -291,7 +342,9 @@ def matvec_residual(
     The product rounds to residual's dtype before the add, as `x + einsum(...)` does in XLA.
     `splits` > 1 divides the contracted dimension among that many programs per block of
     outputs (more bytes in flight where n alone gives few programs), and a second small
-    kernel (`<name>_combine`) adds their float32 partials to the residual.
+    kernel (`<name>_combine`) adds their float32 partials to the residual. `dot` runs each
+    chunk as a tensor-core product of the token rows (padded to 16) with a [block_n, block_k]
+    weight tile (block_n >= 16; defaults 16 and 256), whose loop Triton pipelines.
     """
     rows, k = x.shape
     n = w.shape[0]
@@ -300,6 +353,30 @@ def matvec_residual(
     name = name or "decode_matvec_residual"
     interpret = _interpret(interpret)
     params = _params(num_warps, num_stages)
+    if dot:
+        if splits != 1:
+            raise ValueError("dot=True takes splits=1")
+        block_n, block_k = block_n or 16, block_k or 256
+        for label, size in (("block_n", block_n), ("block_k", block_k)):
+            if size < 16 or size & (size - 1):
+                raise ValueError(f"{label}={size} must be a power of two >= 16 with dot=True")
+        kernel = functools.partial(
+            _matvec_dot_kernel,
+            rows=rows,
+            n=n,
+            k=k,
+            block_r=max(16, _pow2(rows)),
+            block_n=block_n,
+            block_k=block_k,
+        )
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(residual.shape, residual.dtype),
+            grid=(_cdiv(n, block_n),),
+            interpret=interpret,
+            name=name,
+            compiler_params=params,
+        )(x, w, residual)
     if splits == 1:
         block_n, block_k = _matvec_blocks(n, k, 1, block_n, block_k)
         kernel = functools.partial(
