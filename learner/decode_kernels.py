@@ -717,10 +717,12 @@ def _attention_kernel(
     top0 = jnp.full((block_g,), _NEG_INF, f32)
     total0 = jnp.zeros((block_g,), f32)
     acc0 = jnp.zeros((block_g, block_d), f32)
-    # Only the chunks up to the new token's slot: later slots are the future (masked anyway),
-    # so a program's loop, and the cache it reads, grow with the sequence, not the cache.
-    live = (index + block_s) // block_s - split * chunks
-    count = jnp.clip(live, 0, chunks)
+    # A program that loops stops at the new token's chunk: later slots are the future (masked
+    # anyway), so its loop, and the cache it reads, grow with the sequence. One chunk stays
+    # straight-line code: its loads need not wait for `index` to arrive first.
+    count: jax.Array | int = chunks
+    if chunks > 1:
+        count = jnp.clip((index + block_s) // block_s - split * chunks, 0, chunks)
     top, total, acc = jax.lax.fori_loop(0, count, step, (top0, total0, acc0))
     if splits == 1:
         (out_ref,) = out_refs
@@ -786,8 +788,8 @@ def attention(
     Same semantics as `qwen2.cached_attention` with T = 1 under a causal mask: scores in
     float32 scaled by 1 / sqrt(head_dim), masked slots at a finite minimum, probabilities in
     the compute dtype against the values. The mask must exclude the slots after `index` (the
-    future): `block_s`-long chunks of them are never read, so the work grows with the
-    sequence. A program owns one
+    future): a program that loops over several `block_s`-long chunks never reads those wholly
+    in the future, so its work grows with the sequence. A program owns one
     (row, KV head, split of the cache length): all `group` query heads share each key and value
     tile, read once. With more than one split, a second small kernel merges the splits'
     online-softmax partials; `splits=None` picks enough splits for ~64 programs.

@@ -154,7 +154,7 @@ def test_attention_equals_cached_attention(rows, kv, group, head_dim, length, bl
 
 @pytest.mark.parametrize("splits", [1, 3])
 def test_attention_never_reads_the_chunks_after_the_new_tokens(splits: int) -> None:
-    """Chunks of the cache wholly in the future hold NaN here: reading one would give NaN."""
+    """Chunks wholly in the future hold NaN here: a looping program that read one gives NaN."""
     rows, kv, group, head_dim, length, index = 2, 2, 3, 16, 64, 21
     rng = np.random.default_rng(splits)
     qkv = _normal(rng, (rows, kv, group + 2, head_dim))
