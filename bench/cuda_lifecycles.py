@@ -2,6 +2,7 @@
 
     python -m bench.cuda_lifecycles --in-flight 8 --seconds 8 \
         --steps context,context+fill+sleep+hold+h2d,context+allocs,context+triton
+    python -m bench.cuda_lifecycles --in-flight 8,16 --steps context,context+triton
 
 A sandbox that gives every candidate its own process pays, per candidate, for a CUDA
 context made and torn down by the driver, plus whatever else the process asks of the
@@ -26,7 +27,9 @@ candidate's inputs and outputs are); `triton` (a small Triton kernel compiled in
 process's own cache, loaded and launched, as each candidate's is; the parent has warmed the
 compiler, as the zygote does); `ns` (the fork first enters new pid, mount and network
 namespaces, as candidates do). `--env` adds settings of CUDA's environment to compare
-(NAME=VALUE, `;` between settings).
+(NAME=VALUE, `;` between settings). Several `--in-flight` counts tell serial work from
+latency: a step set whose rate rises with the count was bounded by how long its steps take,
+not by the driver's serial time (a Triton compile, CPU work on idle cores, is the former).
 """
 
 from __future__ import annotations
@@ -150,28 +153,38 @@ def parse_env(text: str) -> list[dict[str, str]]:
 Row = tuple[str, str, list[float]]
 
 
-def render(rows: list[Row], in_flight: int, gpu: str) -> str:
-    """Markdown: per step set and setting, the median rate and its ratio to the first row."""
+def render(rows: list[Row], in_flight: int | list[int], gpu: str) -> str:
+    """Markdown: per step set and setting, the median rate and its ratio to the first row.
+
+    With several `in_flight` counts a row's steps carry ` xN` (N alive at once), and `ms a
+    process` is the time one process takes of the whole at that rate: where it stays level
+    as N grows, that is serial work (the driver's); where the rate grows with N, the steps'
+    latency was bounding it instead.
+    """
+    counts = in_flight if isinstance(in_flight, list) else [in_flight]
     base = statistics.median(rows[0][2]) if rows else 0.0
+    alive = ", ".join(str(n) for n in counts)
     lines = [
-        f"# CUDA process lifecycles ({gpu}, {in_flight} in flight)",
+        f"# CUDA process lifecycles ({gpu}, {alive} in flight)",
         "",
-        "| steps | environment | processes/s | runs | spread | vs first row |",
-        "|---|---|---:|---:|---:|---:|",
+        "| steps | environment | processes/s | ms a process | runs | spread | vs first row |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for steps, env, rates in rows:
         rate = statistics.median(rates)
         spread = (max(rates) - min(rates)) / rate if rate else 0.0
         lines.append(
-            f"| {steps} | {env or '-'} | {rate:.2f} | {len(rates)} | {100 * spread:.1f}% "
-            f"| {rate / base:.3f} |"
+            f"| {steps} | {env or '-'} | {rate:.2f} | {1e3 / rate if rate else 0:.1f} "
+            f"| {len(rates)} | {100 * spread:.1f}% | {rate / base:.3f} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--in-flight", type=int, default=8, help="processes alive at once")
+    parser.add_argument(
+        "--in-flight", default="8", help="processes alive at once (a comma list compares counts)"
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="per step set and half")
     parser.add_argument(
         "--steps",
@@ -191,8 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = {step for s in sets for step in s.split("+")} - set(STEPS)
     if not sets or unknown:
         parser.error(f"--steps takes sets of {', '.join(STEPS)} joined by '+'; not {unknown}")
-    if args.in_flight < 1 or args.seconds <= 0:
-        parser.error("--in-flight needs >= 1 and --seconds > 0")
+    try:
+        counts = [int(n) for n in args.in_flight.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or args.seconds <= 0:
+        parser.error("--in-flight needs counts >= 1 (like 8,16) and --seconds > 0")
     try:
         settings = parse_env(args.env)
     except ValueError as err:
@@ -209,15 +226,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sandbox.zygote import warm_compile
 
         warm_compile(args.arch)
-    plan = [(s, e) for s in sets for e in settings]
+    plan = [(s, e, n) for s in sets for e in settings for n in counts]
     rates: dict[tuple[str, str], list[float]] = {}
-    for steps, env in [*plan, *reversed(plan)]:
+    for steps, env, alive in [*plan, *reversed(plan)]:
         label = ",".join(f"{k}={v}" for k, v in env.items())
-        rate = lifecycles(set(steps.split("+")), {**base_env, **env}, args.in_flight, args.seconds)
-        rates.setdefault((steps, label), []).append(rate)
-        print(f"{steps} {label or '-'}: {rate:.2f}/s", flush=True)
+        rate = lifecycles(set(steps.split("+")), {**base_env, **env}, alive, args.seconds)
+        name = steps if len(counts) == 1 else f"{steps} x{alive}"
+        rates.setdefault((name, label), []).append(rate)
+        print(f"{name} {label or '-'}: {rate:.2f}/s", flush=True)
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "GPU"
-    table = render([(s, e, r) for (s, e), r in rates.items()], args.in_flight, gpu)
+    table = render([(s, e, r) for (s, e), r in rates.items()], counts, gpu)
     print(table)
     if args.out:
         with open(args.out, "w") as handle:
