@@ -91,6 +91,13 @@ def _and(a: jax.Array | None, b: jax.Array | None) -> jax.Array | None:
     return a & b
 
 
+def _tile_mask(rows_ok: jax.Array | None, cols_ok: jax.Array | None) -> jax.Array | None:
+    """The [rows, cols] mask of a tile from its rows' and columns' masks (None: all valid)."""
+    return _and(
+        None if rows_ok is None else rows_ok[:, None], None if cols_ok is None else cols_ok[None, :]
+    )
+
+
 def _load(ref: Ref, mask: jax.Array | None, other: float = 0) -> jax.Array:
     """A load, masked (with `other` where the mask is off) only when there is a mask."""
     if mask is None:
@@ -164,9 +171,7 @@ def _dot_rows(
         accs, ssqs = carry
         k0 = pl.multiple_of((first_step + i) * block_k, block_k)
         k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
-        tile_ok = _and(
-            None if row_ok is None else row_ok[:, None], None if k_ok is None else k_ok[None, :]
-        )
+        tile_ok = _tile_mask(row_ok, k_ok)
         tiles = [
             _load(w_ref.at[pl.ds(s, block_n), pl.ds(k0, block_k)], tile_ok).astype(f32)
             for s in starts
@@ -249,12 +254,8 @@ def _matvec_dot_kernel(
     def step(i: jax.Array, acc: jax.Array) -> jax.Array:
         k0 = pl.multiple_of(i * block_k, block_k)
         k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
-        x_ok = _and(
-            None if r_ok is None else r_ok[:, None], None if k_ok is None else k_ok[None, :]
-        )
-        w_ok = _and(
-            None if n_ok is None else n_ok[:, None], None if k_ok is None else k_ok[None, :]
-        )
+        x_ok = _tile_mask(r_ok, k_ok)
+        w_ok = _tile_mask(n_ok, k_ok)
         x = _load(x_ref.at[pl.ds(0, block_r), pl.ds(k0, block_k)], x_ok)
         w = _load(w_ref.at[pl.ds(n0, block_n), pl.ds(k0, block_k)], w_ok).astype(x.dtype)
         return acc + jax.lax.dot_general(
@@ -266,7 +267,7 @@ def _matvec_dot_kernel(
         )
 
     acc = jax.lax.fori_loop(0, _cdiv(k, block_k), step, jnp.zeros((block_r, block_n), f32))
-    out_ok = _and(None if r_ok is None else r_ok[:, None], None if n_ok is None else n_ok[None, :])
+    out_ok = _tile_mask(r_ok, n_ok)
     res = _load(res_ref.at[pl.ds(0, block_r), pl.ds(n0, block_n)], out_ok)
     y = res + acc.astype(res.dtype)
     plgpu.store(o_ref.at[pl.ds(0, block_r), pl.ds(n0, block_n)], y, mask=out_ok)
@@ -315,7 +316,7 @@ def _split_sum_kernel(
     block_p = _pow2(splits)
     p_ok = (jnp.arange(block_p) < splits) if block_p != splits else None
     n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
-    pn_ok = _and(None if p_ok is None else p_ok[:, None], None if n_ok is None else n_ok[None, :])
+    pn_ok = _tile_mask(p_ok, n_ok)
     for r in range(rows):
         parts = _load(p_ref.at[pl.ds(0, block_p), np.int32(r), pl.ds(n0, block_n)], pn_ok)
         res = _load(res_ref.at[np.int32(r), pl.ds(n0, block_n)], n_ok)
@@ -657,7 +658,7 @@ def _attention_kernel(
     dtype = qkv_ref.dtype
     g_ok = (jnp.arange(block_g) < group) if block_g != group else None
     d_ok = (jnp.arange(block_d) < head_dim) if block_d != head_dim else None
-    gd_ok = _and(None if g_ok is None else g_ok[:, None], None if d_ok is None else d_ok[None, :])
+    gd_ok = _tile_mask(g_ok, d_ok)
     q = _load(qkv_ref.at[row, head, pl.ds(0, block_g), pl.ds(0, block_d)], gd_ok)
     k_new = _load(qkv_ref.at[row, head, np.int32(group), pl.ds(0, block_d)], d_ok).astype(
         k_ref.dtype
@@ -683,9 +684,7 @@ def _attention_kernel(
         s0 = pl.multiple_of((split * chunks + c) * block_s, block_s)
         slots = s0 + jnp.arange(block_s)
         s_ok = (slots < length) if tail else None
-        sd_ok = _and(
-            None if s_ok is None else s_ok[:, None], None if d_ok is None else d_ok[None, :]
-        )
+        sd_ok = _tile_mask(s_ok, d_ok)
         fresh = (slots == index)[:, None]
         keys = _load(k_ref.at[row, head, pl.ds(s0, block_s), pl.ds(0, block_d)], sd_ok)
         keys = jnp.where(fresh, k_new[None, :], keys.astype(dtype))
@@ -756,7 +755,7 @@ def _combine_kernel(
     d_ok = (jnp.arange(block_d) < head_dim) if block_d != head_dim else None
     tops = _load(top_ref.at[row, head, pl.ds(0, block_p), g], p_ok, _NEG_INF)  # [P]
     totals = _load(total_ref.at[row, head, pl.ds(0, block_p), g], p_ok)
-    pd_ok = _and(None if p_ok is None else p_ok[:, None], None if d_ok is None else d_ok[None, :])
+    pd_ok = _tile_mask(p_ok, d_ok)
     accs = _load(acc_ref.at[row, head, pl.ds(0, block_p), g, pl.ds(0, block_d)], pd_ok)
     top = jnp.max(tops)
     weights = jnp.exp(tops - top)  # masked splits: exp(-inf-ish) = 0
