@@ -48,24 +48,15 @@ def _grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
 GRID: dict[str, list[dict[str, Any]]] = {
     "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(1, 2, 4, 8)),
     "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,))
-    # one program per KV head, its loop over the live chunks software-pipelined
-    + _grid(splits=(1, 2), block_s=(64, 128, 256), num_warps=(4, 8), num_stages=(2, 3, 4)),
+    # many short chunks: more loads in flight at once, on fewer warps each
+    + _grid(splits=(48, 96), block_s=(16, 32), num_warps=(1, 2, 4)),
     "o_proj": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8))
-    + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,))
-    + _grid(dot=(True,), block_n=(16, 32), block_k=(128, 256), num_warps=(4,), num_stages=(2, 3)),
+    + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,)),
     "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(1, 2, 4, 8), num_stages=(1, 2)),
     "down": _grid(
         block_n=(2, 4, 8), block_k=(1024, 2048, 8192), num_warps=(4, 8), num_stages=(1, 3)
     )
-    + _grid(splits=(2, 4, 8), block_n=(8, 16, 32), block_k=(256, 512), num_warps=(4, 8))
-    # tensor-core chunks in a loop Triton pipelines: few programs streaming long rows
-    + _grid(
-        dot=(True,),
-        block_n=(16, 32),
-        block_k=(128, 256, 512),
-        num_warps=(4, 8),
-        num_stages=(2, 3, 4),
-    ),
+    + _grid(splits=(2, 4, 8), block_n=(8, 16, 32), block_k=(256, 512), num_warps=(4, 8)),
 }
 
 

@@ -50,6 +50,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -238,8 +239,13 @@ def _jax_decode_batch(
     chunk: int,
     fused: bool = True,
     kernels: str = "xla",
+    repeats: int = 1,
 ) -> dict[str, Any]:
-    """Time prefill and decode of one batch (greedy, no stops) after a warm-up run."""
+    """Time prefill and decode of one batch (greedy, no stops) after a warm-up run.
+
+    The decode is timed `repeats` times, each from a fresh prefill: one run moves by a few
+    percent from the next, and the rate is the median's.
+    """
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -282,16 +288,21 @@ def _jax_decode_batch(
     run_decode(*run_prefill())  # compile both and warm up
     compile_s = time.perf_counter() - start
     t_prefill = _timed(run_prefill, 2)
-    cache, logits = run_prefill()
-    start = time.perf_counter()
-    out = run_decode(cache, logits)
-    t_decode = time.perf_counter() - start
-    if int(np.asarray(out[2]).min()) != new:
-        raise RuntimeError("a row stopped early")
+    times = []
+    for _ in range(repeats):
+        cache, logits = run_prefill()
+        start = time.perf_counter()
+        out = run_decode(cache, logits)
+        times.append(time.perf_counter() - start)
+        if int(np.asarray(out[2]).min()) != new:
+            raise RuntimeError("a row stopped early")
+    t_decode = statistics.median(times)
     return {
         "compile_and_first_run_s": compile_s,
         "prefill_s": t_prefill,
         "decode_s": t_decode,
+        "decode_runs_s": times,
+        "decode_spread": (max(times) - min(times)) / t_decode,
         "tokens_per_s": batch * new / t_decode,
         "peak_bytes": _jax_peak(),
     }
@@ -315,6 +326,7 @@ def worker_jax_decode(spec: dict[str, Any]) -> dict[str, Any]:
                     spec["chunk"],
                     spec.get("fused", True),
                     spec.get("kernels", "xla"),
+                    spec.get("repeats", 1),
                 )
             )
         except Exception as err:  # one batch failing (say, out of memory) must not hide the rest
@@ -727,6 +739,7 @@ def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str,
                 "batch": batch,
                 "kernels": kernels,
                 "jax_tokens_per_s": j.get("tokens_per_s"),
+                "jax_spread": j.get("decode_spread"),
                 "torch_tokens_per_s": t.get("tokens_per_s"),
                 "bound_tokens_per_s": bound,
                 "jax_vs_torch": j["tokens_per_s"] / t["tokens_per_s"]
@@ -801,12 +814,13 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "## Decode",
         "",
-        "| model | batch | JAX kernels | JAX tok/s | torch tok/s | JAX/torch | bound tok/s | % of bound | JAX peak GiB | torch peak GiB | JAX prefill s | torch prefill s | JAX compile s |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | batch | JAX kernels | JAX tok/s | JAX spread | torch tok/s | JAX/torch | bound tok/s | % of bound | JAX peak GiB | torch peak GiB | JAX prefill s | torch prefill s | JAX compile s |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["decode"]:
         lines.append(
-            f"| {r['model']} | {r['batch']} | {r.get('kernels', 'xla')} | {_fmt(r['jax_tokens_per_s'])} | {_fmt(r['torch_tokens_per_s'])} | "
+            f"| {r['model']} | {r['batch']} | {r.get('kernels', 'xla')} | {_fmt(r['jax_tokens_per_s'])} | "
+            f"{_fmt(100 * r['jax_spread'] if r.get('jax_spread') is not None else None, '.1f')}% | {_fmt(r['torch_tokens_per_s'])} | "
             f"{_fmt(r['jax_vs_torch'], '.2f')} | {_fmt(r['bound_tokens_per_s'])} | "
             f"{_fmt(100 * r['fraction_of_bound'] if r['fraction_of_bound'] is not None else None, '.1f')} | "
             f"{_gib(r['jax_peak_bytes'])} | {_gib(r['torch_peak_bytes'])} | {_fmt(r['jax_prefill_s'], '.3f')} | "
@@ -867,6 +881,7 @@ def decode_spec(args: argparse.Namespace, name: str, kernels: str = "xla") -> di
         "chunk": args.chunk,
         "fused": not args.unfused,
         "kernels": kernels,
+        "repeats": args.decode_repeats,
     }
 
 
@@ -1029,6 +1044,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--chunk", type=int, default=8, help="decode steps per on-device loop check"
     )
+    parser.add_argument(
+        "--decode-repeats",
+        type=int,
+        default=None,
+        help="timed decodes per batch, the median reported (default 5; 2 with --quick)",
+    )
     parser.add_argument("--train-batch", type=int, default=None)
     parser.add_argument("--train-seq", type=int, default=None)
     parser.add_argument("--train-steps", type=int, default=3)
@@ -1093,6 +1114,10 @@ def main(argv: list[str] | None = None) -> int:
     args.batches = [int(b) for b in (args.batches or ("1,2" if q else "1,16,64,256")).split(",")]
     args.prompt = args.prompt or (16 if q else 512)
     args.new = args.new or (8 if q else 1024)
+    if args.decode_repeats is None:
+        args.decode_repeats = 2 if q else 5
+    if args.decode_repeats < 1:
+        parser.error("--decode-repeats must be >= 1")
     args.train_batch = args.train_batch or (2 if q else 8)
     args.train_seq = args.train_seq or (64 if q else 2048)
     skip = set(filter(None, args.skip.split(",")))

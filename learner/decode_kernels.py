@@ -56,7 +56,13 @@ _MIN_PROGRAMS = 128  # about one per SM of an H100 / H200 (132)
 # 2 dimension pairs (2 warps) than as 144 of 4 (`bench.decode_kernel_sweep`); larger models
 # reach this count with the tile budget's own block.
 _QKV_MIN_PROGRAMS = 256
-_ATTENTION_PROGRAMS = 64  # split the cache length until about this many attention programs
+# Split the cache length until about this many attention programs, shortening the chunks
+# (down to _MIN_BLOCK_S slots) where the cache has too few: Qwen2-0.5B's attention at one row
+# ran 1.14x faster as 96 programs of 32 slots than as 48 of 64 on an H200
+# (`bench.decode_kernel_sweep`, the combine included).
+_ATTENTION_PROGRAMS = 96
+_MAX_BLOCK_S = 64
+_MIN_BLOCK_S = 32
 _NUM_WARPS = 4
 # Warps of a one-row program whose weight tiles fill at most half the budget (`_TILE // 2`
 # elements, as Qwen2-0.5B's 896-wide rows do), the fastest measured per kernel on an H200
@@ -227,52 +233,6 @@ def _matvec_residual_kernel(
         plgpu.store(o_ref.at[np.int32(r), pl.ds(n0, block_n)], y, mask=n_ok)
 
 
-def _matvec_dot_kernel(
-    x_ref: Ref,
-    w_ref: Ref,
-    res_ref: Ref,
-    o_ref: Ref,
-    *,
-    rows: int,
-    n: int,
-    k: int,
-    block_r: int,
-    block_n: int,
-    block_k: int,
-) -> None:
-    """The token rows as one [block_r, block_k] tile against the weights', on tensor cores.
-
-    A loop whose loads feed a dot is one Triton software-pipelines (`num_stages` > 1): a
-    program streams a long contracted dimension instead of paying a round trip a chunk.
-    """
-    f32 = jnp.float32
-    n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
-    n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
-    r_ok = (jnp.arange(block_r) < rows) if block_r != rows else None
-    k_tail = k % block_k != 0
-
-    def step(i: jax.Array, acc: jax.Array) -> jax.Array:
-        k0 = pl.multiple_of(i * block_k, block_k)
-        k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
-        x_ok = _tile_mask(r_ok, k_ok)
-        w_ok = _tile_mask(n_ok, k_ok)
-        x = _load(x_ref.at[pl.ds(0, block_r), pl.ds(k0, block_k)], x_ok)
-        w = _load(w_ref.at[pl.ds(n0, block_n), pl.ds(k0, block_k)], w_ok).astype(x.dtype)
-        return acc + jax.lax.dot_general(
-            x,
-            w,
-            (((1,), (1,)), ((), ())),
-            precision=jax.lax.Precision.HIGHEST,
-            preferred_element_type=f32,
-        )
-
-    acc = jax.lax.fori_loop(0, _cdiv(k, block_k), step, jnp.zeros((block_r, block_n), f32))
-    out_ok = _tile_mask(r_ok, n_ok)
-    res = _load(res_ref.at[pl.ds(0, block_r), pl.ds(n0, block_n)], out_ok)
-    y = res + acc.astype(res.dtype)
-    plgpu.store(o_ref.at[pl.ds(0, block_r), pl.ds(n0, block_n)], y, mask=out_ok)
-
-
 def _matvec_partial_kernel(
     x_ref: Ref,
     w_ref: Ref,
@@ -335,7 +295,6 @@ def matvec_residual(
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
     splits: int = 1,
-    dot: bool = False,
     name: str | None = None,
 ) -> jax.Array:
     """residual + x @ w.T for x [R, k], w [n, k], residual [R, n]; in residual's dtype.
@@ -343,9 +302,7 @@ def matvec_residual(
     The product rounds to residual's dtype before the add, as `x + einsum(...)` does in XLA.
     `splits` > 1 divides the contracted dimension among that many programs per block of
     outputs (more bytes in flight where n alone gives few programs), and a second small
-    kernel (`<name>_combine`) adds their float32 partials to the residual. `dot` runs each
-    chunk as a tensor-core product of the token rows (padded to 16) with a [block_n, block_k]
-    weight tile (block_n >= 16; defaults 16 and 256), whose loop Triton pipelines.
+    kernel (`<name>_combine`) adds their float32 partials to the residual.
     """
     rows, k = x.shape
     n = w.shape[0]
@@ -354,30 +311,6 @@ def matvec_residual(
     name = name or "decode_matvec_residual"
     interpret = _interpret(interpret)
     params = _params(num_warps, num_stages)
-    if dot:
-        if splits != 1:
-            raise ValueError("dot=True takes splits=1")
-        block_n, block_k = block_n or 16, block_k or 256
-        for label, size in (("block_n", block_n), ("block_k", block_k)):
-            if size < 16 or size & (size - 1):
-                raise ValueError(f"{label}={size} must be a power of two >= 16 with dot=True")
-        kernel = functools.partial(
-            _matvec_dot_kernel,
-            rows=rows,
-            n=n,
-            k=k,
-            block_r=max(16, _pow2(rows)),
-            block_n=block_n,
-            block_k=block_k,
-        )
-        return pl.pallas_call(
-            kernel,
-            out_shape=jax.ShapeDtypeStruct(residual.shape, residual.dtype),
-            grid=(_cdiv(n, block_n),),
-            interpret=interpret,
-            name=name,
-            compiler_params=params,
-        )(x, w, residual)
     if splits == 1:
         block_n, block_k = _matvec_blocks(n, k, 1, block_n, block_k)
         kernel = functools.partial(
@@ -791,18 +724,21 @@ def attention(
     in the future, so its work grows with the sequence. A program owns one
     (row, KV head, split of the cache length): all `group` query heads share each key and value
     tile, read once. With more than one split, a second small kernel merges the splits'
-    online-softmax partials; `splits=None` picks enough splits for ~64 programs.
+    online-softmax partials; `splits=None` picks enough splits for ~96 programs.
     """
     rows, kv, slots, head_dim = qkv.shape
     group = slots - 2
     length = cache_k.shape[2]
+    wanted = _cdiv(_ATTENTION_PROGRAMS, rows * kv)
     if block_s is None:
-        block_s = min(64, max(16, _pow2(length)))
+        block_s = min(_MAX_BLOCK_S, max(16, _pow2(length)))
+        while block_s > _MIN_BLOCK_S and _cdiv(length, block_s) < wanted:
+            block_s //= 2
     if block_s < 16 or block_s & (block_s - 1):
         raise ValueError(f"block_s={block_s} must be a power of two >= 16")
     n_chunks = _cdiv(length, block_s)
     if splits is None:
-        splits = max(1, min(n_chunks, _cdiv(_ATTENTION_PROGRAMS, rows * kv)))
+        splits = max(1, min(n_chunks, wanted))
     chunks = _cdiv(n_chunks, max(1, min(splits, n_chunks)))
     splits = _cdiv(n_chunks, chunks)
     block_g = max(16, _pow2(group))  # the dot products need 16 rows, 16 columns

@@ -47,18 +47,6 @@ def test_matvec_residual(rows: int, block_n: int | None, block_k: int | None, sp
     _close(got, res + x @ w.T, 1e-5)
 
 
-@pytest.mark.parametrize("rows, block_n, block_k", [(1, None, None), (3, 16, 32), (2, 32, 16)])
-def test_matvec_residual_on_tensor_cores(rows: int, block_n: int | None, block_k: int | None):
-    """37 outputs and 100 inputs: ragged in both; the token rows padded to the dot's 16."""
-    rng = np.random.default_rng(rows + 10)
-    x, w, res = _normal(rng, (rows, 100)), _normal(rng, (37, 100)), _normal(rng, (rows, 37))
-    got = dk.matvec_residual(x, w, res, block_n=block_n, block_k=block_k, dot=True)
-    assert got.shape == (rows, 37) and got.dtype == jnp.float32
-    _close(got, res + x @ w.T, 1e-5)
-    with pytest.raises(ValueError, match="block_n=8 must be a power of two >= 16"):
-        dk.matvec_residual(x, w, res, block_n=8, dot=True)
-
-
 def test_matvec_residual_rejects_no_splits() -> None:
     x = jnp.zeros((1, 8))
     with pytest.raises(ValueError, match="splits=0"):
@@ -74,8 +62,8 @@ def test_matvec_residual_bf16_rounds_like_xla() -> None:
         _normal(rng, (2, 50), bf16),
     )
     want = res + jnp.einsum("rk,nk->rn", x, w, preferred_element_type=jnp.float32).astype(bf16)
-    for options in ({"splits": 1}, {"splits": 2}, {"dot": True}):
-        got = dk.matvec_residual(x, w, res, block_k=32, **options)
+    for splits in (1, 2):
+        got = dk.matvec_residual(x, w, res, block_k=32, splits=splits)
         assert got.dtype == bf16
         _close(got, want, 3e-2)
 
