@@ -46,17 +46,22 @@ def _grid(**axes: tuple[Any, ...]) -> list[dict[str, Any]]:
 
 # The settings tried per kernel (the default, {}, always first). Kernel options as data.
 GRID: dict[str, list[dict[str, Any]]] = {
-    "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(1, 2, 4, 8)),
+    "qkv": _grid(block_j=(2, 4, 8, 16, 32), num_warps=(1, 2, 4, 8))
+    + _grid(pieces=(True,), block_j=(2, 4, 8), num_warps=(1, 2, 4)),
     "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,))
     # many short chunks: more loads in flight at once, on fewer warps each
     + _grid(splits=(48, 96), block_s=(16, 32), num_warps=(1, 2, 4)),
     "o_proj": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8))
-    + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,)),
-    "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(1, 2, 4, 8), num_stages=(1, 2)),
+    + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,))
+    + _grid(pieces=(True,), block_n=(2, 4, 8), num_warps=(2, 4)),
+    "gate_up": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(1, 2, 4, 8), num_stages=(1, 2))
+    # whole rows in exact power-of-two spans (no masked registers past 896)
+    + _grid(pieces=(True,), block_n=(1, 2, 4), num_warps=(1, 2, 4)),
     "down": _grid(
         block_n=(2, 4, 8), block_k=(1024, 2048, 8192), num_warps=(4, 8), num_stages=(1, 3)
     )
-    + _grid(splits=(2, 4, 8), block_n=(8, 16, 32), block_k=(256, 512), num_warps=(4, 8)),
+    + _grid(splits=(2, 4, 8), block_n=(8, 16, 32), block_k=(256, 512), num_warps=(4, 8))
+    + _grid(pieces=(True,), block_n=(1, 2, 4), num_warps=(2, 4, 8)),
 }
 
 
@@ -75,12 +80,17 @@ class Setting:
         return ", ".join(f"{k}={v}" for k, v in self.options.items()) or "default"
 
 
-def settings(kernels: list[str], defaults_only: frozenset[str] = frozenset()) -> list[Setting]:
+def settings(
+    kernels: list[str], defaults_only: frozenset[str] = frozenset(), match: str = ""
+) -> list[Setting]:
+    """Each kernel's default, then those of its GRID settings whose label contains `match`."""
     out = []
     for kernel in kernels:
         grid = [] if kernel in defaults_only else GRID[kernel]
         for index, options in enumerate([{}, *grid]):
-            out.append(Setting(kernel, options, index))
+            setting = Setting(kernel, options, index)
+            if index == 0 or match in setting.label:
+                out.append(setting)
     return out
 
 
@@ -323,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--defaults-only", default="", help="comma list of kernels timed at their default alone"
     )
+    parser.add_argument(
+        "--match", default="", help="only the settings whose label contains this (and defaults)"
+    )
     parser.add_argument("--rows", type=int, default=1, help="token rows (batch x 1)")
     parser.add_argument("--length", type=int, default=1536, help="KV cache slots")
     parser.add_argument(
@@ -346,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.index is not None and not 0 <= args.index < args.length:
         parser.error("--index must be a slot of the cache: 0 <= index < --length")
     shape = MODELS[args.model]
-    todo = settings(kernels, frozenset(k for k in args.defaults_only.split(",") if k))
+    todo = settings(kernels, frozenset(k for k in args.defaults_only.split(",") if k), args.match)
     if args.lower_only:
         return lower_all(args, todo, shape)
     report = render(measure(args, todo, shape), args)

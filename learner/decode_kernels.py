@@ -8,7 +8,10 @@ cache in separate dynamic-update-slices. Here one kernel does each of
 2. `attention`: the new token over the KV cache, writing its key and value into the cache
    (with a small combine kernel when the cache length is split across programs);
 3. `matvec_residual`: o_proj (and, again, down) + the residual add;
-4. `gate_up_silu`: RMSNorm statistics + gate/up projection + silu(gate) * up.
+4. `gate_up_silu`: RMSNorm statistics + gate/up projection + silu(gate) * up;
+
+and `rms_norm` the final norm once a step. The QKV kernel reads its rows of the RoPE table
+and attention makes its mask from each row's start, so no XLA kernel a step prepares them.
 
 Weights are [out, in] (the contracted dimension last and contiguous) with any RMSNorm scale
 already folded in (`qwen2.DecodeLayerWeights`), so a kernel reads the residual itself and
@@ -116,6 +119,19 @@ def _warps(kernel: str, tile: int, rows: int) -> int:
     return _HALF_TILE_WARPS[kernel] if rows == 1 and tile <= _TILE // 2 else _NUM_WARPS
 
 
+def _pieces(k: int, minimum: int = 16) -> list[tuple[int, int]]:
+    """(offset, size) spans of power-of-two sizes, largest first, that cover k exactly (the
+    last rounded up to `minimum` and masked): 4,864 is 4,096 + 512 + 256, not one 8,192-wide
+    tile 40% of which is masked but still holds registers."""
+    padded = _cdiv(k, minimum) * minimum
+    spans, offset = [], 0
+    for bit in reversed(range(padded.bit_length())):
+        if padded >> bit & 1:
+            spans.append((offset, 1 << bit))
+            offset += 1 << bit
+    return spans
+
+
 def _matvec_blocks(
     n: int,
     k: int,
@@ -158,6 +174,7 @@ def _dot_rows(
     first_step: jax.Array | int = 0,
     steps: int | None = None,
     ragged: bool | None = None,
+    pieces: bool = False,
 ) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
     """Float32 dot products of weight rows [start, start + block_n) with each row of x [R, k].
 
@@ -166,8 +183,13 @@ def _dot_rows(
     kernel reads x anyway). The weight tiles are loaded once a step and reused by every row.
     `first_step` and `steps` restrict the sum to that run of `block_k` chunks (a split of the
     contracted dimension); `ragged` says whether any program's chunks overhang `k` (then they
-    are masked, and chunks wholly past it read nothing).
+    are masked, and chunks wholly past it read nothing). `pieces`: one pass over the whole
+    row in `_pieces` spans instead of `block_k` chunks (all loads issued before any sum).
     """
+    if pieces:
+        return _dot_row_pieces(
+            x_ref, w_ref, starts, row_ok, rows=rows, k=k, block_n=block_n, with_norm=with_norm
+        )
     if steps is None:
         steps = _cdiv(k, block_k)
     k_tail = k % block_k != 0 if ragged is None else ragged
@@ -204,6 +226,40 @@ def _dot_rows(
     return [list(a) for a in accs], (list(ssqs) if with_norm else None)
 
 
+def _dot_row_pieces(
+    x_ref: Ref,
+    w_ref: Ref,
+    starts: Sequence[jax.Array],
+    row_ok: jax.Array | None,
+    *,
+    rows: int,
+    k: int,
+    block_n: int,
+    with_norm: bool,
+) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
+    """`_dot_rows` over the whole contracted dimension in exact power-of-two spans."""
+    f32 = jnp.float32
+    spans = []
+    for start, size in _pieces(k):
+        k_ok = (start + jnp.arange(size) < k) if start + size > k else None
+        # A traced offset: the interpreter refuses a static slice that overhangs, masked or not.
+        offset = pl.multiple_of(jnp.int32(start) + pl.program_id(0) * 0, size)
+        tile_ok = _tile_mask(row_ok, k_ok)
+        tiles = [_load(w_ref.at[pl.ds(s, block_n), pl.ds(offset, size)], tile_ok) for s in starts]
+        xs = [_load(x_ref.at[np.int32(r), pl.ds(offset, size)], k_ok) for r in range(rows)]
+        spans.append((tiles, xs))
+    accs = [[jnp.zeros((block_n,), f32) for _ in starts] for _ in range(rows)]
+    ssqs = [jnp.zeros((), f32) for _ in range(rows)]
+    for tiles, xs in spans:
+        for r, x in enumerate(xs):
+            xr = x.astype(f32)
+            for i, tile in enumerate(tiles):
+                accs[r][i] = accs[r][i] + jnp.sum(tile.astype(f32) * xr[None, :], axis=1)
+            if with_norm:
+                ssqs[r] = ssqs[r] + jnp.sum(xr * xr)
+    return accs, (ssqs if with_norm else None)
+
+
 # --------------------------------------------------------------------------------------------
 # Matrix-vector product + residual (o_proj, down)
 # --------------------------------------------------------------------------------------------
@@ -220,13 +276,23 @@ def _matvec_residual_kernel(
     k: int,
     block_n: int,
     block_k: int,
+    pieces: bool,
 ) -> None:
     n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
     n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
     # Loaded first: its round trip overlaps the weights' instead of following it.
     residuals = [_load(res_ref.at[np.int32(r), pl.ds(n0, block_n)], n_ok) for r in range(rows)]
     accs, _ = _dot_rows(
-        x_ref, w_ref, [n0], n_ok, rows=rows, k=k, block_n=block_n, block_k=block_k, with_norm=False
+        x_ref,
+        w_ref,
+        [n0],
+        n_ok,
+        rows=rows,
+        k=k,
+        block_n=block_n,
+        block_k=block_k,
+        with_norm=False,
+        pieces=pieces,
     )
     for r, res in enumerate(residuals):
         y = res + accs[r][0].astype(res.dtype)
@@ -295,6 +361,7 @@ def matvec_residual(
     num_warps: int = _NUM_WARPS,
     num_stages: int = 1,
     splits: int = 1,
+    pieces: bool = False,
     name: str | None = None,
 ) -> jax.Array:
     """residual + x @ w.T for x [R, k], w [n, k], residual [R, n]; in residual's dtype.
@@ -303,18 +370,28 @@ def matvec_residual(
     `splits` > 1 divides the contracted dimension among that many programs per block of
     outputs (more bytes in flight where n alone gives few programs), and a second small
     kernel (`<name>_combine`) adds their float32 partials to the residual.
+    `pieces=True` contracts each row in one pass of exact power-of-two spans (`_pieces`)
+    instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
     """
     rows, k = x.shape
     n = w.shape[0]
     if splits < 1:
         raise ValueError(f"splits={splits} must be >= 1")
+    if pieces and splits > 1:
+        raise ValueError("pieces contract whole rows: they take no splits")
     name = name or "decode_matvec_residual"
     interpret = _interpret(interpret)
     params = _params(num_warps, num_stages)
     if splits == 1:
         block_n, block_k = _matvec_blocks(n, k, 1, block_n, block_k)
         kernel = functools.partial(
-            _matvec_residual_kernel, rows=rows, n=n, k=k, block_n=block_n, block_k=block_k
+            _matvec_residual_kernel,
+            rows=rows,
+            n=n,
+            k=k,
+            block_n=block_n,
+            block_k=block_k,
+            pieces=pieces,
         )
         return pl.pallas_call(
             kernel,
@@ -362,6 +439,48 @@ def matvec_residual(
 
 
 # --------------------------------------------------------------------------------------------
+# RMSNorm alone (the final norm, before the output head)
+# --------------------------------------------------------------------------------------------
+
+
+def _rms_norm_kernel(
+    x_ref: Ref, s_ref: Ref, o_ref: Ref, *, k: int, eps: float, block_k: int
+) -> None:
+    row = pl.program_id(0)
+    k_ok = (jnp.arange(block_k) < k) if block_k != k else None
+    x = _load(x_ref.at[row, pl.ds(0, block_k)], k_ok).astype(jnp.float32)
+    scale = _load(s_ref.at[pl.ds(0, block_k)], k_ok)
+    normed = (x * jax.lax.rsqrt(jnp.sum(x * x) / k + eps)).astype(o_ref.dtype)
+    y = scale.astype(o_ref.dtype) * normed
+    plgpu.store(o_ref.at[row, pl.ds(0, block_k)], y, mask=k_ok)
+
+
+def rms_norm(
+    x: jax.Array,
+    scale: jax.Array,
+    *,
+    eps: float,
+    interpret: bool | None = None,
+    num_warps: int = _NUM_WARPS,
+    name: str | None = None,
+) -> jax.Array:
+    """`qwen2.rms_norm` of x [R, hidden] as one kernel (XLA makes a reduction and a multiply).
+
+    A program a row, the whole row in one tile: the rounding is `qwen2.rms_norm`'s.
+    """
+    rows, k = x.shape
+    kernel = functools.partial(_rms_norm_kernel, k=k, eps=eps, block_k=_pow2(k))
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(rows,),
+        interpret=_interpret(interpret),
+        name=name or "decode_rms_norm",
+        compiler_params=_params(num_warps, 1),
+    )(x, scale)
+
+
+# --------------------------------------------------------------------------------------------
 # RMSNorm + gate/up projection + silu(gate) * up
 # --------------------------------------------------------------------------------------------
 
@@ -377,6 +496,7 @@ def _gate_up_kernel(
     eps: float,
     block_n: int,
     block_k: int,
+    pieces: bool,
 ) -> None:
     f32 = jnp.float32
     n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
@@ -391,6 +511,7 @@ def _gate_up_kernel(
         block_n=block_n,
         block_k=block_k,
         with_norm=True,
+        pieces=pieces,
     )
     assert ssqs is not None
     dtype = o_ref.dtype
@@ -412,12 +533,15 @@ def gate_up_silu(
     interpret: bool | None = None,
     num_warps: int | None = None,
     num_stages: int = 1,
+    pieces: bool = False,
     name: str | None = None,
 ) -> jax.Array:
     """silu(g) * u for [g, u] = (x @ w[c].T) / rms(x); x [R, hidden], w [2, inner, hidden].
 
     `w` carries the RMSNorm scale (diag(scale) W). Returns [R, inner] in x's dtype.
     `num_warps=None` picks by the tile's size (`_warps`).
+    `pieces=True` contracts each row in one pass of exact power-of-two spans (`_pieces`)
+    instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
     """
     rows, k = x.shape
     inner = w.shape[1]
@@ -427,7 +551,14 @@ def gate_up_silu(
     if num_warps is None:
         num_warps = _warps("gate_up", 2 * block_n * block_k, rows)
     kernel = functools.partial(
-        _gate_up_kernel, rows=rows, inner=inner, k=k, eps=eps, block_n=block_n, block_k=block_k
+        _gate_up_kernel,
+        rows=rows,
+        inner=inner,
+        k=k,
+        eps=eps,
+        block_n=block_n,
+        block_k=block_k,
+        pieces=pieces,
     )
     return pl.pallas_call(
         kernel,
@@ -448,17 +579,20 @@ def _qkv_rope_kernel(
     x_ref: Ref,
     w_ref: Ref,
     b_ref: Ref,
+    pos_ref: Ref,
     sin_ref: Ref,
     cos_ref: Ref,
     o_ref: Ref,
     *,
     rows: int,
+    table_rows: int,
     slots: int,
     head_dim: int,
     k: int,
     eps: float,
     block_j: int,
     block_k: int,
+    pieces: bool,
 ) -> None:
     f32 = jnp.float32
     half = head_dim // 2
@@ -470,8 +604,10 @@ def _qkv_rope_kernel(
     # The epilogue's operands first: their round trips overlap the weights'.
     bias_a = _load(b_ref.at[pl.ds(first, block_j)], j_ok)
     bias_b = _load(b_ref.at[pl.ds(second, block_j)], j_ok)
-    sins = [_load(sin_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok) for r in range(rows)]
-    coss = [_load(cos_ref.at[np.int32(r), pl.ds(j0, block_j)], j_ok) for r in range(rows)]
+    # Each row's angles from its position's row of the tables (clipped, as `jnp.take` does).
+    at = [jnp.clip(pos_ref[np.int32(r)], 0, table_rows - 1) for r in range(rows)]
+    sins = [_load(sin_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at]
+    coss = [_load(cos_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at]
     accs, ssqs = _dot_rows(
         x_ref,
         w_ref,
@@ -482,6 +618,7 @@ def _qkv_rope_kernel(
         block_n=block_j,
         block_k=block_k,
         with_norm=True,
+        pieces=pieces,
     )
     assert ssqs is not None
     dtype = o_ref.dtype
@@ -505,11 +642,13 @@ def qkv_rope(
     cos: jax.Array,
     *,
     eps: float,
+    positions: jax.Array | None = None,
     block_j: int | None = None,
     block_k: int | None = None,
     interpret: bool | None = None,
     num_warps: int | None = None,
     num_stages: int = 1,
+    pieces: bool = False,
     name: str | None = None,
 ) -> jax.Array:
     """Queries, keys and values of R tokens, rotated: [R, kv_heads, group + 2, head_dim].
@@ -520,6 +659,8 @@ def qkv_rope(
     [R, head_dim // 2] float32. Each program owns `block_j` dimension pairs (d, d + half) of
     one head, so the rotation happens in registers; value heads are not rotated.
     `num_warps=None` picks by the tile's size (`_warps`).
+    `pieces=True` contracts each row in one pass of exact power-of-two spans (`_pieces`)
+    instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
     """
     rows, k = x.shape
     kv, slots, head_dim, _ = w.shape
@@ -536,15 +677,19 @@ def qkv_rope(
         block_j, block_k = _matvec_blocks(heads * half, k, 2, block_j, block_k)
     if num_warps is None:
         num_warps = _warps("qkv", 2 * block_j * block_k, rows)
+    if positions is None:
+        positions = jnp.arange(rows)
     kernel = functools.partial(
         _qkv_rope_kernel,
         rows=rows,
+        table_rows=sin.shape[0],
         slots=slots,
         head_dim=head_dim,
         k=k,
         eps=eps,
         block_j=block_j,
         block_k=block_k,
+        pieces=pieces,
     )
     out = pl.pallas_call(
         kernel,
@@ -557,6 +702,7 @@ def qkv_rope(
         x,
         w.reshape(heads * head_dim, k),
         bias.reshape(heads * head_dim).astype(x.dtype),
+        jnp.asarray(positions, jnp.int32).reshape(rows),
         sin.astype(jnp.float32),
         cos.astype(jnp.float32),
     )
@@ -570,7 +716,7 @@ def qkv_rope(
 
 def _attention_kernel(
     qkv_ref: Ref,
-    mask_ref: Ref,
+    bounds_ref: Ref,
     index_ref: Ref,
     k_ref: Ref,
     v_ref: Ref,
@@ -585,6 +731,7 @@ def _attention_kernel(
     block_s: int,
     chunks: int,
     splits: int,
+    from_starts: bool,
 ) -> None:
     f32 = jnp.float32
     row, head, split = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -600,6 +747,7 @@ def _attention_kernel(
         v_ref.dtype
     )
     index = index_ref[np.int32(0)]
+    start = bounds_ref[row] if from_starts else None  # the row's first attended slot
 
     @pl.when(split == 0)
     def _write_cache() -> None:
@@ -623,7 +771,10 @@ def _attention_kernel(
         keys = jnp.where(fresh, k_new[None, :], keys.astype(dtype))
         values = _load(v_ref.at[row, head, pl.ds(s0, block_s), pl.ds(0, block_d)], sd_ok)
         values = jnp.where(fresh, v_new[None, :], values.astype(dtype))
-        allowed = _load(mask_ref.at[row, pl.ds(s0, block_s)], s_ok) != 0
+        if from_starts:
+            allowed = (slots >= start) & (slots <= index)
+        else:
+            allowed = _load(bounds_ref.at[row, pl.ds(s0, block_s)], s_ok) != 0
         scores = jax.lax.dot_general(
             q,
             keys,
@@ -699,11 +850,12 @@ def _combine_kernel(
 
 def attention(
     qkv: jax.Array,
-    mask: jax.Array,
+    mask: jax.Array | None,
     cache_k: jax.Array,
     cache_v: jax.Array,
     index: jax.Array | int,
     *,
+    starts: jax.Array | None = None,
     block_s: int | None = None,
     splits: int | None = None,
     interpret: bool | None = None,
@@ -713,7 +865,9 @@ def attention(
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One new token per row attends over its cache; its key and value are written at `index`.
 
-    qkv [R, kv_heads, group + 2, head_dim] from `qkv_rope`; mask [R, length] (nonzero = attend);
+    qkv [R, kv_heads, group + 2, head_dim] from `qkv_rope`; mask [R, length] (nonzero = attend),
+    or None with `starts` [R], each row's first attended slot, when the mask is the slots from
+    it to `index` (a decode loop's): the kernel then needs no mask array made every step;
     cache_k, cache_v [R, kv_heads, length, head_dim], updated in place (aliased). Returns the
     attention output [R, heads * head_dim] (heads in q_proj order) and the two caches.
 
@@ -729,6 +883,13 @@ def attention(
     rows, kv, slots, head_dim = qkv.shape
     group = slots - 2
     length = cache_k.shape[2]
+    if (mask is None) == (starts is None):
+        raise ValueError("attention takes a mask or the rows' starts, exactly one of them")
+    bounds = (
+        jnp.asarray(starts, jnp.int32).reshape(rows)
+        if mask is None
+        else jnp.asarray(mask).reshape(rows, length).astype(jnp.int32)
+    )
     wanted = _cdiv(_ATTENTION_PROGRAMS, rows * kv)
     if block_s is None:
         block_s = min(_MAX_BLOCK_S, max(16, _pow2(length)))
@@ -756,7 +917,13 @@ def attention(
             jax.ShapeDtypeStruct((rows, kv, splits, block_g, block_d), jnp.float32),
         ]
     kernel = functools.partial(
-        _attention_kernel, length=length, block_s=block_s, chunks=chunks, splits=splits, **dims
+        _attention_kernel,
+        length=length,
+        block_s=block_s,
+        chunks=chunks,
+        splits=splits,
+        from_starts=mask is None,
+        **dims,
     )
     new_k, new_v, *partials = pl.pallas_call(
         kernel,
@@ -770,7 +937,7 @@ def attention(
         interpret=interpret,
         name=name or "decode_attention",
         compiler_params=_params(num_warps, num_stages),
-    )(qkv, mask.astype(jnp.int32), index, cache_k, cache_v)
+    )(qkv, bounds, index, cache_k, cache_v)
     if splits == 1:
         (out,) = partials
     else:

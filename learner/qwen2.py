@@ -732,28 +732,55 @@ def uses_pallas(kernels: str, batch: int, time: int, backend: str | None = None)
     return True
 
 
-def _pallas_layer(
-    cfg: Qwen2Config,
-    w: DecodeLayerWeights,
-    x: jax.Array,
-    sin: jax.Array,
-    cos: jax.Array,
-    mask: jax.Array,
-    cache: LayerCache,
-    index: jax.Array,
-) -> tuple[jax.Array, LayerCache]:
-    """`_fused_layer` for one token per row as five Pallas kernels (six with a split cache).
+class _PallasStep(NamedTuple):
+    """What every layer's Pallas kernels share in one decode step (made once a step)."""
 
-    x [R, hidden]; sin, cos [R, head_dim // 2]; mask [R, cache_length] int32; index [1].
-    """
+    sin: jax.Array  # [R, head_dim // 2], or the whole table with `positions`
+    cos: jax.Array
+    positions: jax.Array | None  # [R]: rows of sin and cos the QKV kernel reads
+    mask: jax.Array | None  # [R, cache_length] int32, or None with `starts`
+    starts: jax.Array | None  # [R]: each row attends to slots starts..index
+    index: jax.Array  # [1]: the cache slot of the new token
+
+
+def _pallas_layer(
+    cfg: Qwen2Config, w: DecodeLayerWeights, x: jax.Array, step: _PallasStep, cache: LayerCache
+) -> tuple[jax.Array, LayerCache]:
+    """`_fused_layer` for one token per row (x [R, hidden]) as five Pallas kernels (six with
+    a split cache)."""
     eps = cfg.rms_norm_eps
-    qkv = decode_kernels.qkv_rope(x, w.qkv, w.qkv_bias, sin, cos, eps=eps)
-    out, k, v = decode_kernels.attention(qkv, mask, cache.k, cache.v, index)
+    qkv = decode_kernels.qkv_rope(
+        x, w.qkv, w.qkv_bias, step.sin, step.cos, eps=eps, positions=step.positions
+    )
+    out, k, v = decode_kernels.attention(
+        qkv, step.mask, cache.k, cache.v, step.index, starts=step.starts
+    )
     x = decode_kernels.matvec_residual(out, w.o_proj, x)
     x = decode_kernels.matvec_residual(
         decode_kernels.gate_up_silu(x, w.gate_up, eps=eps), w.down, x
     )
     return x, LayerCache(k, v)
+
+
+def _pallas_step(
+    cfg: Qwen2Config,
+    positions: jax.Array,
+    mask: jax.Array,
+    cache_index: jax.Array | int,
+    rope: tuple[jax.Array, jax.Array] | None,
+    starts: jax.Array | None,
+) -> _PallasStep:
+    """The per-step inputs of `_pallas_layer`, made once a step rather than once a layer."""
+    b = positions.shape[0]
+    index = jnp.asarray(cache_index, jnp.int32).reshape(1)
+    if rope is None:
+        sin, cos = rope_angles(positions.reshape(b), cfg.head_dim, cfg.rope_theta)
+        rows = None
+    else:
+        (sin, cos), rows = rope, positions.reshape(b)
+    if starts is None:
+        return _PallasStep(sin, cos, rows, mask.reshape(b, -1).astype(jnp.int32), None, index)
+    return _PallasStep(sin, cos, rows, None, jnp.asarray(starts, jnp.int32).reshape(b), index)
 
 
 def fused_decode(
@@ -766,40 +793,44 @@ def fused_decode(
     cache_index: jax.Array | int,
     kernels: str = "auto",
     rope: tuple[jax.Array, jax.Array] | None = None,
+    starts: jax.Array | None = None,
 ) -> tuple[jax.Array, Cache]:
     """`Qwen2.__call__` in decode mode (write at `cache_index`, attend under `mask`), fused.
 
     tokens, positions [B, T]; mask [B, T, cache_length]. Returns float32 logits [B, T, vocab]
     and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
-    `rope`: a `rope_table` covering every position, to look the angles' sin and cos up in.
+    `rope`: a `rope_table` covering every position, to look the angles' sin and cos up in
+    (the Pallas QKV kernel reads its rows itself). `starts` [B]: each row's first attended
+    slot, given only when `mask` is exactly the slots from there to `cache_index` (as a
+    decode loop's is): the Pallas attention then makes the mask itself. Both save small XLA
+    kernels a step, which at batch 1 cost about as much as a layer's own.
 
     `kernels="pallas"` runs each layer as the hand-written kernels of `decode_kernels` when
     they apply (T = 1, B <= `decode_kernels.MAX_ROWS`, a single device; else the XLA layers,
     silently): at batch 1 a step is bound by kernel launches, and XLA:GPU launches ~15 a layer.
-    "auto" does so on a GPU for the few rows where they are faster (`uses_pallas`). The
-    embedding lookup, final norm and output head stay XLA's in every case.
+    "auto" does so on a GPU for the few rows where they are faster (`uses_pallas`), and
+    then the final norm too. The embedding lookup and output head stay XLA's in every case.
     """
     check_decode_kernels(kernels)
     x = constrain(jnp.take(weights.embedding, tokens, axis=0), ACT_BTM)
-    if rope is None:
-        sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
-    else:
-        sin, cos = (jnp.take(table, positions, axis=0, mode="clip") for table in rope)
     b, t, m = x.shape
     new_cache = []
     if uses_pallas(kernels, b, t):
+        step = _pallas_step(cfg, positions, mask, cache_index, rope, starts)
         rows = x.reshape(b, m)
-        sin, cos = sin.reshape(b, -1), cos.reshape(b, -1)
-        allowed = mask.reshape(b, -1).astype(jnp.int32)  # once a step, not once a layer
-        index = jnp.asarray(cache_index, jnp.int32).reshape(1)
         for w, layer_cache in zip(weights.layers, cache, strict=True):
-            rows, layer_cache = _pallas_layer(cfg, w, rows, sin, cos, allowed, layer_cache, index)
+            rows, layer_cache = _pallas_layer(cfg, w, rows, step, layer_cache)
             new_cache.append(layer_cache)
-        x = rows.reshape(b, t, m)
+        normed = decode_kernels.rms_norm(rows, weights.final_norm, eps=cfg.rms_norm_eps)
+        hidden = normed.reshape(b, t, m)
     else:
+        if rope is None:
+            sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+        else:
+            sin, cos = (jnp.take(table, positions, axis=0, mode="clip") for table in rope)
         for w, layer_cache in zip(weights.layers, cache, strict=True):
             x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
             new_cache.append(layer_cache)
-    hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
+        hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
     logits = output_logits(hidden, weights.head, tied=cfg.tie_word_embeddings)
     return constrain(logits, ACT_BTV), tuple(new_cache)

@@ -104,10 +104,37 @@ def sample_row(
     return (choice if ids is None else ids[choice]).astype(jnp.int32)
 
 
-def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
-    """log softmax(logits)[row, token] per row, without writing the [B, V] log-softmax."""
-    picked = jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0]
-    return picked - jax.nn.logsumexp(logits, axis=-1)
+def _merge_stats(
+    a: tuple[jax.Array, jax.Array, jax.Array], b: tuple[jax.Array, jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Two (max, index of the first max, sum of exp(x - max)) summaries as one."""
+    (top_a, at_a, sum_a), (top_b, at_b, sum_b) = a, b
+    top = jnp.maximum(top_a, top_b)
+    at = jnp.where(
+        (top_a > top_b) | ((top_a == top_b) & (at_a < at_b)) | jnp.isnan(top_a), at_a, at_b
+    )
+    # A side at the max keeps its sum as is: exp(0) = 1, and -inf - -inf would be NaN.
+    total = jnp.where(top_a == top, sum_a, sum_a * jnp.exp(top_a - top)) + jnp.where(
+        top_b == top, sum_b, sum_b * jnp.exp(top_b - top)
+    )
+    return top, at, total
+
+
+def logit_stats(logits: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Each row's max, argmax and logsumexp, [B] each, from one pass over logits [B, V].
+
+    `jnp.argmax` and `jax.nn.logsumexp` are three reductions (argmax, max, sum); a decode
+    step at batch 1 pays a kernel launch for each, so one reduction carries an online
+    softmax's running (max, its first index, sum of exp(x - max)) instead.
+    """
+    zero = jnp.zeros((), logits.dtype)
+    top, best, total = jax.lax.reduce(
+        (logits, jax.lax.broadcasted_iota(jnp.int32, logits.shape, 1), jnp.ones_like(logits)),
+        (jnp.asarray(-jnp.inf, logits.dtype), jnp.int32(logits.shape[1]), zero),
+        _merge_stats,
+        (1,),
+    )
+    return top, best, top + jnp.log(total)
 
 
 def stop_hits(window: jax.Array, stops: jax.Array) -> jax.Array:
@@ -240,8 +267,13 @@ def _decode(
 
     def one_token(_: int, carry: tuple[Any, ...]) -> tuple[Any, ...]:
         step, cache, logits, out_tokens, out_logprobs, lengths, done, reason, window = carry
-        token = sample(fold(row_keys, step), logits)
-        logprob = token_logprobs(logits, token)
+        top, best, logsumexp = logit_stats(logits)
+        if temperature == 0.0:
+            token, picked = best, top
+        else:
+            token = sample(fold(row_keys, step), logits)
+            picked = jnp.take_along_axis(logits, token[:, None], axis=-1)[:, 0]
+        logprob = picked - logsumexp
         token = jnp.where(done, pad_id, token)
         out_tokens = jax.lax.dynamic_update_slice(out_tokens, token[:, None], (0, step))
         out_logprobs = jax.lax.dynamic_update_slice(
@@ -260,7 +292,7 @@ def _decode(
             logits, cache = model(token[:, None], positions, mask, cache, slot)
         else:
             logits, cache = qwen2.fused_decode(
-                cfg, weights, token[:, None], positions, mask, cache, slot, kernels, rope
+                cfg, weights, token[:, None], positions, mask, cache, slot, kernels, rope, starts
             )
         return (
             step + 1,

@@ -27,6 +27,16 @@ def test_defaults_only_times_a_kernel_at_its_default_alone(
     assert kernels.count("down") == 1 and kernels.count("o_proj") == count - 1
 
 
+def test_match_keeps_the_default_and_the_matching_settings() -> None:
+    chosen = sweep.settings(["down", "gate_up"], match="pieces=True")
+    assert [s.index for s in chosen if s.kernel == "down"][0] == 0  # the default first
+    others = [s for s in chosen if s.index]
+    assert others and all(s.options.get("pieces") for s in others)
+    assert len(chosen) == 2 + sum(
+        bool(o.get("pieces")) for k in ("down", "gate_up") for o in sweep.GRID[k]
+    )
+
+
 def test_bad_kernel_names_are_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         sweep.main(["--kernels", "down,flash"])

@@ -68,6 +68,28 @@ def test_matvec_residual_bf16_rounds_like_xla() -> None:
         _close(got, want, 3e-2)
 
 
+def test_pieces_cover_a_row_exactly_in_powers_of_two() -> None:
+    assert dk._pieces(4864) == [(0, 4096), (4096, 512), (4608, 256)]
+    assert dk._pieces(896) == [(0, 512), (512, 256), (768, 128)]
+    assert dk._pieces(1024) == [(0, 1024)]
+    assert dk._pieces(100) == [(0, 64), (64, 32), (96, 16)]  # the last span overhangs, masked
+
+
+def test_pieces_give_the_chunked_products() -> None:
+    """Each row-contracting kernel with `pieces=True` (rows of 100 and 72: ragged spans)."""
+    rng = np.random.default_rng(21)
+    x, w, res = _normal(rng, (2, 100)), _normal(rng, (37, 100)), _normal(rng, (2, 37))
+    _close(dk.matvec_residual(x, w, res, pieces=True), res + x @ w.T, 1e-5)
+    x, w = _normal(rng, (3, 72)), 0.2 * _normal(rng, (2, 45, 72))
+    _close(dk.gate_up_silu(x, w, eps=EPS, pieces=True), dk.gate_up_silu(x, w, eps=EPS), 1e-6)
+    x, w, bias = _normal(rng, (1, 40)), 0.3 * _normal(rng, (2, 4, 16, 40)), _normal(rng, (2, 4, 16))
+    sin, cos = qwen2.rope_table(8, 16, 10000.0)
+    args = (x, w, bias, sin[3:4], cos[3:4])
+    _close(dk.qkv_rope(*args, eps=EPS, pieces=True), dk.qkv_rope(*args, eps=EPS), 1e-6)
+    with pytest.raises(ValueError, match="no splits"):
+        dk.matvec_residual(x, w.reshape(-1, 40), jnp.zeros((1, 128)), pieces=True, splits=2)
+
+
 @pytest.mark.parametrize("rows, block_n, block_k", [(1, None, None), (3, 8, 16)], ids=str)
 def test_gate_up_silu(rows: int, block_n: int | None, block_k: int | None) -> None:
     rng = np.random.default_rng(10 + rows)
@@ -106,6 +128,22 @@ def test_qkv_rope(rows, kv, group, head_dim, block_j, block_k) -> None:
     _close(got, _qkv_reference(x, w, bias, sin, cos), 1e-5)
 
 
+def test_qkv_rope_reads_the_rope_table_at_each_rows_position() -> None:
+    """With `positions`, sin and cos are whole tables: the rows' own angles, bit for bit, and a
+    position past the table reads its last row (as `jnp.take(mode="clip")` does)."""
+    rng = np.random.default_rng(3)
+    rows, kv, group, head_dim, hidden = 3, 2, 2, 16, 40
+    x = _normal(rng, (rows, hidden))
+    w = 0.3 * _normal(rng, (kv, group + 2, head_dim, hidden))
+    bias = _normal(rng, (kv, group + 2, head_dim))
+    positions = jnp.asarray([5, 0, 90])  # the table holds 64 positions: 90 reads row 63
+    table = qwen2.rope_table(64, head_dim, 10000.0)
+    got = dk.qkv_rope(x, w, bias, *table, eps=EPS, positions=positions)
+    sin, cos = (jnp.take(t, positions, axis=0, mode="clip") for t in table)
+    np.testing.assert_array_equal(got, dk.qkv_rope(x, w, bias, sin, cos, eps=EPS))
+    assert not np.array_equal(got[2], dk.qkv_rope(x, w, bias, *table, eps=EPS)[2])  # not row 2
+
+
 @pytest.mark.parametrize(
     "rows, kv, group, head_dim, length, block_s, splits",
     [
@@ -138,6 +176,43 @@ def test_attention_equals_cached_attention(rows, kv, group, head_dim, length, bl
     _close(got, want.reshape(rows, -1), 1e-5)
     np.testing.assert_array_equal(np.asarray(new_k), np.asarray(cache.k))
     np.testing.assert_array_equal(np.asarray(new_v), np.asarray(cache.v))
+
+
+@pytest.mark.parametrize("splits", [1, 3])
+def test_attention_from_starts_equals_its_mask(splits: int) -> None:
+    """Each row's start (and the new token's slot) make the mask the kernel would be given."""
+    rows, kv, group, head_dim, length, index = 3, 2, 3, 16, 64, 37
+    rng = np.random.default_rng(splits)
+    qkv = _normal(rng, (rows, kv, group + 2, head_dim))
+    cache_k, cache_v = (_normal(rng, (rows, kv, length, head_dim)) for _ in range(2))
+    starts = jnp.asarray([0, 9, 36])
+    slots = jnp.arange(length)
+    mask = (slots[None, :] >= starts[:, None]) & (slots[None, :] <= index)
+    options = {"block_s": 16, "splits": splits}
+    got = dk.attention(qkv, None, cache_k, cache_v, index, starts=starts, **options)
+    want = dk.attention(qkv, mask, cache_k, cache_v, index, **options)
+    for ours, theirs in zip(got, want, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    unmasked = dk.attention(qkv, jnp.ones_like(mask), cache_k, cache_v, index, **options)
+    assert not np.allclose(got[0], unmasked[0])  # the starts did mask something
+
+
+def test_attention_takes_a_mask_or_starts() -> None:
+    qkv = jnp.zeros((1, 1, 3, 16))
+    cache = jnp.zeros((1, 1, 16, 16))
+    for mask, starts in ((None, None), (jnp.ones((1, 16), bool), jnp.zeros(1, jnp.int32))):
+        with pytest.raises(ValueError, match="exactly one"):
+            dk.attention(qkv, mask, cache, cache, 0, starts=starts)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rms_norm_equals_qwen2s(dtype: str) -> None:
+    rng = np.random.default_rng(11)
+    x = _normal(rng, (3, 40), dtype) * 3
+    scale = 1 + 0.1 * _normal(rng, (40,), dtype)
+    got = dk.rms_norm(x, scale, eps=EPS)
+    assert got.dtype == x.dtype
+    _close(got, qwen2.rms_norm(x, scale, EPS), 1e-6 if dtype == "float32" else 1e-2)
 
 
 @pytest.mark.parametrize("splits", [1, 3])
@@ -182,10 +257,12 @@ def model_bf16() -> qwen2.Qwen2:
     return random_tiny_model(tied=True, seed=5, dtype="bfloat16")
 
 
-def _step(graphdef, state, tokens, positions, mask, cache, index, kernels):
+def _step(graphdef, state, tokens, positions, mask, cache, index, kernels, rope=None, starts=None):
     model = nnx.merge(graphdef, state)
     weights = qwen2.fuse_decode_weights(model)
-    return qwen2.fused_decode(model.config, weights, tokens, positions, mask, cache, index, kernels)
+    return qwen2.fused_decode(
+        model.config, weights, tokens, positions, mask, cache, index, kernels, rope, starts
+    )
 
 
 _step = jax.jit(_step, static_argnums=(0, 7))
@@ -220,13 +297,18 @@ def test_fused_decode_pallas_equals_xla(
     upto = slots[None, None, :] <= index + jnp.arange(new_tokens)[None, :, None]
     mask = upto & (slots[None, None, :] >= starts[:, None, None])
     args = (graphdef, state, tokens, positions, mask, cache, jnp.int32(index))
-    logits, new_cache = _step(*args, "pallas")
     ref_logits, ref_cache = _step(*args, "xla")
-    assert logits.shape == (batch, new_tokens, cfg.vocab_size) and logits.dtype == jnp.float32
-    _close(logits, ref_logits, tol)
-    for ours, theirs in zip(jax.tree.leaves(new_cache), jax.tree.leaves(ref_cache), strict=True):
-        assert ours.dtype == theirs.dtype
-        _close(ours, theirs, tol / 2)
+    # As the decode loop calls it too: the RoPE table and the rows' starts instead of the mask.
+    loop_args = (qwen2.rope_table(length, cfg.head_dim, cfg.rope_theta), starts)
+    for extra in ((), loop_args):
+        logits, new_cache = _step(*args, "pallas", *extra)
+        assert logits.shape == (batch, new_tokens, cfg.vocab_size)
+        assert logits.dtype == jnp.float32
+        _close(logits, ref_logits, tol)
+        leaves = zip(jax.tree.leaves(new_cache), jax.tree.leaves(ref_cache), strict=True)
+        for ours, theirs in leaves:
+            assert ours.dtype == theirs.dtype
+            _close(ours, theirs, tol / 2)
 
 
 def test_sampler_pallas_greedy_tokens_equal_xla(model: qwen2.Qwen2) -> None:
@@ -299,10 +381,13 @@ def test_kernels_lower_to_triton_for_the_real_shapes(monkeypatch: pytest.MonkeyP
     kv = jax.ShapeDtypeStruct((batch, cfg.num_kv_heads, length, cfg.head_dim), jnp.bfloat16)
     cache = tuple(qwen2.LayerCache(kv, kv) for _ in range(cfg.num_layers))
 
-    def step(state, tokens, positions, mask, cache, index):
+    def step(state, tokens, positions, mask, cache, index, starts):
         model = nnx.merge(graphdef, state)
         weights = qwen2.fuse_decode_weights(model)
-        return qwen2.fused_decode(cfg, weights, tokens, positions, mask, cache, index, "pallas")
+        rope = qwen2.rope_table(length, cfg.head_dim, cfg.rope_theta)
+        return qwen2.fused_decode(
+            cfg, weights, tokens, positions, mask, cache, index, "pallas", rope, starts
+        )
 
     monkeypatch.setattr(dk, "_interpret", lambda interpret: False)  # as on the GPU
     text = (
@@ -314,13 +399,18 @@ def test_kernels_lower_to_triton_for_the_real_shapes(monkeypatch: pytest.MonkeyP
             jax.ShapeDtypeStruct((batch, 1, length), jnp.bool_),
             cache,
             jax.ShapeDtypeStruct((), jnp.int32),
+            jax.ShapeDtypeStruct((batch,), jnp.int32),
         )
         .lower(lowering_platforms=("cuda",))
         .as_text()
     )
     calls = [line for line in text.splitlines() if "__gpu$xla.gpu.triton" in line]
-    # per layer: qkv, attention (split over the cache), combine, o_proj, gate_up, down
-    assert len(calls) == 6 * cfg.num_layers
+    # per layer: qkv, attention (split over the cache), combine, o_proj, gate_up, down; then
+    # the final norm
+    assert len(calls) == 6 * cfg.num_layers + 1
+    # Nothing outside the kernels reads the mask or looks the RoPE table up: the one gather
+    # left is the token's embedding.
+    assert text.count('"stablehlo.gather"') == 1 and "tensor<1x1536xi32>" not in text
     assert sum("output_operand_alias" in line for line in calls) == cfg.num_layers
 
 

@@ -127,11 +127,21 @@ def test_sampler_can_decode_through_the_modules(model: qwen2.Qwen2) -> None:
     np.testing.assert_allclose([c.logprobs for c in fused], [c.logprobs for c in plain], atol=1e-5)
 
 
-def test_token_logprobs_equals_log_softmax() -> None:
-    logits = jax.random.normal(jax.random.key(0), (3, 50)) * 4
-    tokens = jnp.asarray([0, 17, 49])
-    expected = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, None], axis=-1)[:, 0]
-    np.testing.assert_allclose(S.token_logprobs(logits, tokens), expected, atol=1e-6)
+@pytest.mark.parametrize("width", [50, 4099], ids=["short", "long-rows"])
+def test_logit_stats_are_argmax_and_logsumexp(width: int) -> None:
+    """One reduction gives what `jnp.argmax` and `jax.nn.logsumexp` give: the first of tied
+    maxima, -inf entries ignored, and a row of only -inf at -inf."""
+    logits = jax.random.normal(jax.random.key(width), (4, width)) * 4
+    logits = logits.at[1, 7].set(30.0).at[1, width - 3].set(30.0)  # a tie: the first wins
+    logits = logits.at[2, ::2].set(-jnp.inf)
+    logits = logits.at[3].set(-jnp.inf)
+    top, best, lse = S.logit_stats(logits)
+    np.testing.assert_array_equal(best, jnp.argmax(logits, axis=-1))
+    assert int(best[1]) == 7
+    np.testing.assert_array_equal(top, jnp.max(logits, axis=-1))
+    want = jax.nn.logsumexp(logits, axis=-1)
+    assert float(lse[3]) == -np.inf and float(want[3]) == -np.inf
+    np.testing.assert_allclose(lse[:3], want[:3], rtol=1e-6)
 
 
 def test_rope_table_rows_are_the_angles_sin_and_cos() -> None:
