@@ -33,7 +33,7 @@ into refs are numpy integers: the interpreter's load and store rules reject Pyth
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -175,6 +175,7 @@ def _dot_rows(
     steps: int | None = None,
     ragged: bool | None = None,
     pieces: bool = False,
+    after_loads: Callable[[], None] | None = None,
 ) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
     """Float32 dot products of weight rows [start, start + block_n) with each row of x [R, k].
 
@@ -185,17 +186,28 @@ def _dot_rows(
     contracted dimension); `ragged` says whether any program's chunks overhang `k` (then they
     are masked, and chunks wholly past it read nothing). `pieces`: one pass over the whole
     row in `_pieces` spans instead of `block_k` chunks (all loads issued before any sum).
+    `after_loads` runs once the (first) step's loads are issued, before any sum: the place
+    for epilogue loads whose address waits on a load of its own (a position), so that wait
+    does not hold the weights' loads back a round trip.
     """
     if pieces:
         return _dot_row_pieces(
-            x_ref, w_ref, starts, row_ok, rows=rows, k=k, block_n=block_n, with_norm=with_norm
+            x_ref,
+            w_ref,
+            starts,
+            row_ok,
+            rows=rows,
+            k=k,
+            block_n=block_n,
+            with_norm=with_norm,
+            after_loads=after_loads,
         )
     if steps is None:
         steps = _cdiv(k, block_k)
     k_tail = k % block_k != 0 if ragged is None else ragged
     f32 = jnp.float32
 
-    def step(i: jax.Array, carry: tuple) -> tuple:
+    def step(i: jax.Array, carry: tuple, hook: Callable[[], None] | None = None) -> tuple:
         accs, ssqs = carry
         k0 = pl.multiple_of((first_step + i) * block_k, block_k)
         k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
@@ -204,9 +216,12 @@ def _dot_rows(
             _load(w_ref.at[pl.ds(s, block_n), pl.ds(k0, block_k)], tile_ok).astype(f32)
             for s in starts
         ]
+        xs = [_load(x_ref.at[np.int32(r), pl.ds(k0, block_k)], k_ok) for r in range(rows)]
+        if hook is not None:
+            hook()
         new_accs, new_ssqs = [], []
         for r in range(rows):
-            xr = _load(x_ref.at[np.int32(r), pl.ds(k0, block_k)], k_ok).astype(f32)
+            xr = xs[r].astype(f32)
             new_accs.append(
                 tuple(
                     a + jnp.sum(t * xr[None, :], axis=1)
@@ -220,8 +235,10 @@ def _dot_rows(
     zeros = tuple(tuple(jnp.zeros((block_n,), f32) for _ in starts) for _ in range(rows))
     ssq0 = tuple(jnp.zeros((), f32) for _ in range(rows)) if with_norm else ()
     if steps == 1:  # straight-line code: the epilogue's loads can be scheduled beside it
-        accs, ssqs = step(jnp.int32(0), (zeros, ssq0))
+        accs, ssqs = step(jnp.int32(0), (zeros, ssq0), after_loads)
     else:
+        if after_loads is not None:
+            after_loads()
         accs, ssqs = jax.lax.fori_loop(0, steps, step, (zeros, ssq0))
     return [list(a) for a in accs], (list(ssqs) if with_norm else None)
 
@@ -236,6 +253,7 @@ def _dot_row_pieces(
     k: int,
     block_n: int,
     with_norm: bool,
+    after_loads: Callable[[], None] | None = None,
 ) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
     """`_dot_rows` over the whole contracted dimension in exact power-of-two spans."""
     f32 = jnp.float32
@@ -248,6 +266,8 @@ def _dot_row_pieces(
         tiles = [_load(w_ref.at[pl.ds(s, block_n), pl.ds(offset, size)], tile_ok) for s in starts]
         xs = [_load(x_ref.at[np.int32(r), pl.ds(offset, size)], k_ok) for r in range(rows)]
         spans.append((tiles, xs))
+    if after_loads is not None:
+        after_loads()
     accs = [[jnp.zeros((block_n,), f32) for _ in starts] for _ in range(rows)]
     ssqs = [jnp.zeros((), f32) for _ in range(rows)]
     for tiles, xs in spans:
@@ -604,10 +624,16 @@ def _qkv_rope_kernel(
     # The epilogue's operands first: their round trips overlap the weights'.
     bias_a = _load(b_ref.at[pl.ds(first, block_j)], j_ok)
     bias_b = _load(b_ref.at[pl.ds(second, block_j)], j_ok)
-    # Each row's angles from its position's row of the tables (clipped, as `jnp.take` does).
+    # Each row's angles from its position's row of the tables (clipped, as `jnp.take` does):
+    # those loads wait on the position's, so they go after the weights' (`after_loads`).
     at = [jnp.clip(pos_ref[np.int32(r)], 0, table_rows - 1) for r in range(rows)]
-    sins = [_load(sin_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at]
-    coss = [_load(cos_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at]
+    sins: list[jax.Array] = []
+    coss: list[jax.Array] = []
+
+    def load_angles() -> None:
+        sins.extend(_load(sin_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at)
+        coss.extend(_load(cos_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at)
+
     accs, ssqs = _dot_rows(
         x_ref,
         w_ref,
@@ -619,6 +645,7 @@ def _qkv_rope_kernel(
         block_k=block_k,
         with_norm=True,
         pieces=pieces,
+        after_loads=load_angles,
     )
     assert ssqs is not None
     dtype = o_ref.dtype
