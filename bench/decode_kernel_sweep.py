@@ -152,8 +152,8 @@ def arguments(
             x,
             per_layer((kv, group + 2, head_dim, hidden)),
             per_layer((kv, group + 2, head_dim)),
-            arr((rows, half), jnp.float32),
-            arr((rows, half), jnp.float32),
+            arr((rows,), jnp.int32),  # positions
+            arr((half,), jnp.float32),  # inverse frequencies
         )
     elif kernel == "attention":
         args = (
@@ -184,9 +184,9 @@ def build(setting: Setting, lower: bool) -> Callable[..., Any]:
     kernel = setting.kernel
     if kernel == "qkv":
 
-        def run(x, ws, bs, sin, cos):
+        def run(x, ws, bs, positions, inv_freq):
             return [
-                dk.qkv_rope(x, w, b, sin, cos, eps=1e-6, **options)
+                dk.qkv_rope(x, w, b, positions, inv_freq, eps=1e-6, **options)
                 for w, b in zip(ws, bs, strict=True)
             ]
 

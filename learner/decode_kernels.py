@@ -10,8 +10,9 @@ cache in separate dynamic-update-slices. Here one kernel does each of
 3. `matvec_residual`: o_proj (and, again, down) + the residual add;
 4. `gate_up_silu`: RMSNorm statistics + gate/up projection + silu(gate) * up;
 
-and `rms_norm` the final norm once a step. The QKV kernel reads its rows of the RoPE table
-and attention makes its mask from each row's start, so no XLA kernel a step prepares them.
+and `rms_norm` the final norm once a step. The QKV kernel makes each row's RoPE angles from
+its position and attention makes its mask from each row's start, so no XLA kernel a step
+prepares them.
 
 Weights are [out, in] (the contracted dimension last and contiguous) with any RMSNorm scale
 already folded in (`qwen2.DecodeLayerWeights`), so a kernel reads the residual itself and
@@ -33,7 +34,7 @@ into refs are numpy integers: the interpreter's load and store rules reject Pyth
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -175,7 +176,6 @@ def _dot_rows(
     steps: int | None = None,
     ragged: bool | None = None,
     pieces: bool = False,
-    after_loads: Callable[[], None] | None = None,
 ) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
     """Float32 dot products of weight rows [start, start + block_n) with each row of x [R, k].
 
@@ -186,9 +186,6 @@ def _dot_rows(
     contracted dimension); `ragged` says whether any program's chunks overhang `k` (then they
     are masked, and chunks wholly past it read nothing). `pieces`: one pass over the whole
     row in `_pieces` spans instead of `block_k` chunks (all loads issued before any sum).
-    `after_loads` runs once the (first) step's loads are issued, before any sum: the place
-    for epilogue loads whose address waits on a load of its own (a position), so that wait
-    does not hold the weights' loads back a round trip.
     """
     if pieces:
         return _dot_row_pieces(
@@ -200,14 +197,13 @@ def _dot_rows(
             k=k,
             block_n=block_n,
             with_norm=with_norm,
-            after_loads=after_loads,
         )
     if steps is None:
         steps = _cdiv(k, block_k)
     k_tail = k % block_k != 0 if ragged is None else ragged
     f32 = jnp.float32
 
-    def step(i: jax.Array, carry: tuple, hook: Callable[[], None] | None = None) -> tuple:
+    def step(i: jax.Array, carry: tuple) -> tuple:
         accs, ssqs = carry
         k0 = pl.multiple_of((first_step + i) * block_k, block_k)
         k_ok = (k0 + jnp.arange(block_k) < k) if k_tail else None
@@ -217,8 +213,6 @@ def _dot_rows(
             for s in starts
         ]
         xs = [_load(x_ref.at[np.int32(r), pl.ds(k0, block_k)], k_ok) for r in range(rows)]
-        if hook is not None:
-            hook()
         new_accs, new_ssqs = [], []
         for r in range(rows):
             xr = xs[r].astype(f32)
@@ -235,10 +229,8 @@ def _dot_rows(
     zeros = tuple(tuple(jnp.zeros((block_n,), f32) for _ in starts) for _ in range(rows))
     ssq0 = tuple(jnp.zeros((), f32) for _ in range(rows)) if with_norm else ()
     if steps == 1:  # straight-line code: the epilogue's loads can be scheduled beside it
-        accs, ssqs = step(jnp.int32(0), (zeros, ssq0), after_loads)
+        accs, ssqs = step(jnp.int32(0), (zeros, ssq0))
     else:
-        if after_loads is not None:
-            after_loads()
         accs, ssqs = jax.lax.fori_loop(0, steps, step, (zeros, ssq0))
     return [list(a) for a in accs], (list(ssqs) if with_norm else None)
 
@@ -253,7 +245,6 @@ def _dot_row_pieces(
     k: int,
     block_n: int,
     with_norm: bool,
-    after_loads: Callable[[], None] | None = None,
 ) -> tuple[list[list[jax.Array]], list[jax.Array] | None]:
     """`_dot_rows` over the whole contracted dimension in exact power-of-two spans."""
     f32 = jnp.float32
@@ -266,8 +257,6 @@ def _dot_row_pieces(
         tiles = [_load(w_ref.at[pl.ds(s, block_n), pl.ds(offset, size)], tile_ok) for s in starts]
         xs = [_load(x_ref.at[np.int32(r), pl.ds(offset, size)], k_ok) for r in range(rows)]
         spans.append((tiles, xs))
-    if after_loads is not None:
-        after_loads()
     accs = [[jnp.zeros((block_n,), f32) for _ in starts] for _ in range(rows)]
     ssqs = [jnp.zeros((), f32) for _ in range(rows)]
     for tiles, xs in spans:
@@ -600,12 +589,10 @@ def _qkv_rope_kernel(
     w_ref: Ref,
     b_ref: Ref,
     pos_ref: Ref,
-    sin_ref: Ref,
-    cos_ref: Ref,
+    freq_ref: Ref,
     o_ref: Ref,
     *,
     rows: int,
-    table_rows: int,
     slots: int,
     head_dim: int,
     k: int,
@@ -621,19 +608,12 @@ def _qkv_rope_kernel(
     j_ok = (j0 + jnp.arange(block_j) < half) if half % block_j else None
     first = head * head_dim + j0  # rows of the first half of this head's dimensions
     second = first + half  # and of their rotation partners
-    # The epilogue's operands first: their round trips overlap the weights'.
+    # The epilogue's operands first: their round trips overlap the weights'. The angles are
+    # made here from each row's position (no load waits on another's).
     bias_a = _load(b_ref.at[pl.ds(first, block_j)], j_ok)
     bias_b = _load(b_ref.at[pl.ds(second, block_j)], j_ok)
-    # Each row's angles from its position's row of the tables (clipped, as `jnp.take` does):
-    # those loads wait on the position's, so they go after the weights' (`after_loads`).
-    at = [jnp.clip(pos_ref[np.int32(r)], 0, table_rows - 1) for r in range(rows)]
-    sins: list[jax.Array] = []
-    coss: list[jax.Array] = []
-
-    def load_angles() -> None:
-        sins.extend(_load(sin_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at)
-        coss.extend(_load(cos_ref.at[p, pl.ds(j0, block_j)], j_ok) for p in at)
-
+    inv_freq = _load(freq_ref.at[pl.ds(j0, block_j)], j_ok)
+    angles = [pos_ref[np.int32(r)].astype(f32) * inv_freq for r in range(rows)]
     accs, ssqs = _dot_rows(
         x_ref,
         w_ref,
@@ -645,12 +625,12 @@ def _qkv_rope_kernel(
         block_k=block_k,
         with_norm=True,
         pieces=pieces,
-        after_loads=load_angles,
     )
     assert ssqs is not None
     dtype = o_ref.dtype
     rotate = head % slots != slots - 1  # the last slot of each KV group is the value head
-    for r, (sin, cos) in enumerate(zip(sins, coss, strict=True)):
+    for r, angle in enumerate(angles):
+        sin, cos = jnp.sin(angle), jnp.cos(angle)
         inv = jax.lax.rsqrt(ssqs[r] / k + eps)
         a = (accs[r][0] * inv).astype(dtype) + bias_a
         b = (accs[r][1] * inv).astype(dtype) + bias_b
@@ -665,11 +645,10 @@ def qkv_rope(
     x: jax.Array,
     w: jax.Array,
     bias: jax.Array,
-    sin: jax.Array,
-    cos: jax.Array,
+    positions: jax.Array,
+    inv_freq: jax.Array,
     *,
     eps: float,
-    positions: jax.Array | None = None,
     block_j: int | None = None,
     block_k: int | None = None,
     interpret: bool | None = None,
@@ -682,12 +661,15 @@ def qkv_rope(
 
     x [R, hidden] is the residual (not normalised); w [kv_heads, group + 2, head_dim, hidden]
     and bias [kv_heads, group + 2, head_dim] are `DecodeLayerWeights.qkv` / `.qkv_bias` (per KV
-    head: its query heads, its key, its value; the RMSNorm scale folded into w); sin, cos
-    [R, head_dim // 2] float32. Each program owns `block_j` dimension pairs (d, d + half) of
-    one head, so the rotation happens in registers; value heads are not rotated.
-    `num_warps=None` picks by the tile's size (`_warps`).
-    `pieces=True` contracts each row in one pass of exact power-of-two spans (`_pieces`)
-    instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
+    head: its query heads, its key, its value; the RMSNorm scale folded into w); positions
+    [R] and inv_freq [head_dim // 2] (`qwen2.rope_frequencies`) give the angles, which the
+    kernel makes itself as `qwen2.rope_angles` does (the same float32 products, sine and
+    cosine): a table read there would wait on the position's load, a round trip the
+    weights' loads would queue behind. Each program owns
+    `block_j` dimension pairs (d, d + half) of one head, so the rotation happens in
+    registers; value heads are not rotated. `num_warps=None` picks by the tile's size
+    (`_warps`). `pieces=True` contracts each row in one pass of exact power-of-two spans
+    (`_pieces`) instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
     """
     rows, k = x.shape
     kv, slots, head_dim, _ = w.shape
@@ -704,12 +686,9 @@ def qkv_rope(
         block_j, block_k = _matvec_blocks(heads * half, k, 2, block_j, block_k)
     if num_warps is None:
         num_warps = _warps("qkv", 2 * block_j * block_k, rows)
-    if positions is None:
-        positions = jnp.arange(rows)
     kernel = functools.partial(
         _qkv_rope_kernel,
         rows=rows,
-        table_rows=sin.shape[0],
         slots=slots,
         head_dim=head_dim,
         k=k,
@@ -730,8 +709,7 @@ def qkv_rope(
         w.reshape(heads * head_dim, k),
         bias.reshape(heads * head_dim).astype(x.dtype),
         jnp.asarray(positions, jnp.int32).reshape(rows),
-        sin.astype(jnp.float32),
-        cos.astype(jnp.float32),
+        jnp.asarray(inv_freq, jnp.float32).reshape(half),
     )
     return out.reshape(rows, kv, slots, head_dim)
 

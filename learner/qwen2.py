@@ -252,10 +252,14 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     return scale.astype(x.dtype) * normed.astype(x.dtype)
 
 
+def rope_frequencies(head_dim: int, theta: float) -> jax.Array:
+    """RoPE's inverse frequencies, [head_dim // 2] float32 (HF's `inv_freq`)."""
+    return 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+
+
 def rope_angles(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
     """sin and cos of position * inv_freq, [batch, time, head_dim // 2] in float32."""
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq
+    angles = positions.astype(jnp.float32)[..., None] * rope_frequencies(head_dim, theta)
     return jnp.sin(angles), jnp.cos(angles)
 
 
@@ -735,9 +739,8 @@ def uses_pallas(kernels: str, batch: int, time: int, backend: str | None = None)
 class _PallasStep(NamedTuple):
     """What every layer's Pallas kernels share in one decode step (made once a step)."""
 
-    sin: jax.Array  # [R, head_dim // 2], or the whole table with `positions`
-    cos: jax.Array
-    positions: jax.Array | None  # [R]: rows of sin and cos the QKV kernel reads
+    positions: jax.Array  # [R]: the QKV kernel makes each row's RoPE angles from its position
+    inv_freq: jax.Array  # [head_dim // 2]
     mask: jax.Array | None  # [R, cache_length] int32, or None with `starts`
     starts: jax.Array | None  # [R]: each row attends to slots starts..index
     index: jax.Array  # [1]: the cache slot of the new token
@@ -749,9 +752,7 @@ def _pallas_layer(
     """`_fused_layer` for one token per row (x [R, hidden]) as five Pallas kernels (six with
     a split cache)."""
     eps = cfg.rms_norm_eps
-    qkv = decode_kernels.qkv_rope(
-        x, w.qkv, w.qkv_bias, step.sin, step.cos, eps=eps, positions=step.positions
-    )
+    qkv = decode_kernels.qkv_rope(x, w.qkv, w.qkv_bias, step.positions, step.inv_freq, eps=eps)
     out, k, v = decode_kernels.attention(
         qkv, step.mask, cache.k, cache.v, step.index, starts=step.starts
     )
@@ -767,20 +768,16 @@ def _pallas_step(
     positions: jax.Array,
     mask: jax.Array,
     cache_index: jax.Array | int,
-    rope: tuple[jax.Array, jax.Array] | None,
     starts: jax.Array | None,
 ) -> _PallasStep:
     """The per-step inputs of `_pallas_layer`, made once a step rather than once a layer."""
     b = positions.shape[0]
     index = jnp.asarray(cache_index, jnp.int32).reshape(1)
-    if rope is None:
-        sin, cos = rope_angles(positions.reshape(b), cfg.head_dim, cfg.rope_theta)
-        rows = None
-    else:
-        (sin, cos), rows = rope, positions.reshape(b)
+    rows = jnp.asarray(positions, jnp.int32).reshape(b)
+    inv_freq = rope_frequencies(cfg.head_dim, cfg.rope_theta)
     if starts is None:
-        return _PallasStep(sin, cos, rows, mask.reshape(b, -1).astype(jnp.int32), None, index)
-    return _PallasStep(sin, cos, rows, None, jnp.asarray(starts, jnp.int32).reshape(b), index)
+        return _PallasStep(rows, inv_freq, mask.reshape(b, -1).astype(jnp.int32), None, index)
+    return _PallasStep(rows, inv_freq, None, jnp.asarray(starts, jnp.int32).reshape(b), index)
 
 
 def fused_decode(
@@ -800,7 +797,7 @@ def fused_decode(
     tokens, positions [B, T]; mask [B, T, cache_length]. Returns float32 logits [B, T, vocab]
     and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
     `rope`: a `rope_table` covering every position, to look the angles' sin and cos up in
-    (the Pallas QKV kernel reads its rows itself). `starts` [B]: each row's first attended
+    (the XLA layers; the Pallas QKV kernel makes them from each row's position). `starts` [B]: each row's first attended
     slot, given only when `mask` is exactly the slots from there to `cache_index` (as a
     decode loop's is): the Pallas attention then makes the mask itself. Both save small XLA
     kernels a step, which at batch 1 cost about as much as a layer's own.
@@ -816,7 +813,7 @@ def fused_decode(
     b, t, m = x.shape
     new_cache = []
     if uses_pallas(kernels, b, t):
-        step = _pallas_step(cfg, positions, mask, cache_index, rope, starts)
+        step = _pallas_step(cfg, positions, mask, cache_index, starts)
         rows = x.reshape(b, m)
         for w, layer_cache in zip(weights.layers, cache, strict=True):
             rows, layer_cache = _pallas_layer(cfg, w, rows, step, layer_cache)

@@ -83,8 +83,7 @@ def test_pieces_give_the_chunked_products() -> None:
     x, w = _normal(rng, (3, 72)), 0.2 * _normal(rng, (2, 45, 72))
     _close(dk.gate_up_silu(x, w, eps=EPS, pieces=True), dk.gate_up_silu(x, w, eps=EPS), 1e-6)
     x, w, bias = _normal(rng, (1, 40)), 0.3 * _normal(rng, (2, 4, 16, 40)), _normal(rng, (2, 4, 16))
-    sin, cos = qwen2.rope_table(8, 16, 10000.0)
-    args = (x, w, bias, sin[3:4], cos[3:4])
+    args = (x, w, bias, jnp.asarray([3]), qwen2.rope_frequencies(16, 10000.0))
     _close(dk.qkv_rope(*args, eps=EPS, pieces=True), dk.qkv_rope(*args, eps=EPS), 1e-6)
     with pytest.raises(ValueError, match="no splits"):
         dk.matvec_residual(x, w.reshape(-1, 40), jnp.zeros((1, 128)), pieces=True, splits=2)
@@ -120,28 +119,31 @@ def test_qkv_rope(rows, kv, group, head_dim, block_j, block_k) -> None:
     x = _normal(rng, (rows, hidden))
     w = 0.3 * _normal(rng, (kv, group + 2, head_dim, hidden))
     bias = _normal(rng, (kv, group + 2, head_dim))
-    positions = jnp.asarray(rng.integers(0, 300, (rows, 1)))
-    sin, cos = qwen2.rope_angles(positions, head_dim, 10000.0)
-    sin, cos = sin[:, 0], cos[:, 0]
-    got = dk.qkv_rope(x, w, bias, sin, cos, eps=EPS, block_j=block_j, block_k=block_k)
+    positions = jnp.asarray(rng.integers(0, 300, rows))
+    inv_freq = qwen2.rope_frequencies(head_dim, 10000.0)
+    got = dk.qkv_rope(x, w, bias, positions, inv_freq, eps=EPS, block_j=block_j, block_k=block_k)
     assert got.shape == (rows, kv, group + 2, head_dim)
+    sin, cos = qwen2.rope_angles(positions, head_dim, 10000.0)
     _close(got, _qkv_reference(x, w, bias, sin, cos), 1e-5)
 
 
-def test_qkv_rope_reads_the_rope_table_at_each_rows_position() -> None:
-    """With `positions`, sin and cos are whole tables: the rows' own angles, bit for bit, and a
-    position past the table reads its last row (as `jnp.take(mode="clip")` does)."""
+def test_qkv_rope_makes_the_models_angles_at_each_rows_position() -> None:
+    """The kernel's own sine and cosine of position * inv_freq are the model's: its output is
+    the rotation by the rows of `rope_table` (a late position like 31,000 included, where
+    the float32 angle is largest), and moves with the position for queries and keys only."""
     rng = np.random.default_rng(3)
     rows, kv, group, head_dim, hidden = 3, 2, 2, 16, 40
     x = _normal(rng, (rows, hidden))
     w = 0.3 * _normal(rng, (kv, group + 2, head_dim, hidden))
     bias = _normal(rng, (kv, group + 2, head_dim))
-    positions = jnp.asarray([5, 0, 90])  # the table holds 64 positions: 90 reads row 63
-    table = qwen2.rope_table(64, head_dim, 10000.0)
-    got = dk.qkv_rope(x, w, bias, *table, eps=EPS, positions=positions)
-    sin, cos = (jnp.take(t, positions, axis=0, mode="clip") for t in table)
-    np.testing.assert_array_equal(got, dk.qkv_rope(x, w, bias, sin, cos, eps=EPS))
-    assert not np.array_equal(got[2], dk.qkv_rope(x, w, bias, *table, eps=EPS)[2])  # not row 2
+    positions = jnp.asarray([5, 0, 31_000])
+    inv_freq = qwen2.rope_frequencies(head_dim, 1_000_000.0)
+    got = dk.qkv_rope(x, w, bias, positions, inv_freq, eps=EPS)
+    sin, cos = (t[positions] for t in qwen2.rope_table(32_768, head_dim, 1_000_000.0))
+    _close(got, _qkv_reference(x, w, bias, sin, cos), 1e-5)
+    shifted = dk.qkv_rope(x, w, bias, positions + 1, inv_freq, eps=EPS)
+    assert not np.allclose(got[2, :, :-1], shifted[2, :, :-1])  # queries and keys move
+    np.testing.assert_array_equal(got[:, :, -1], shifted[:, :, -1])  # values do not
 
 
 @pytest.mark.parametrize(
@@ -443,14 +445,15 @@ def test_half_tiles_take_their_measured_launch_and_full_tiles_keep_four_warps(
     x = jax.ShapeDtypeStruct((rows, hidden), bf16)
     qkv_w = jax.ShapeDtypeStruct((cfg.num_kv_heads, group + 2, cfg.head_dim, hidden), bf16)
     bias = jax.ShapeDtypeStruct(qkv_w.shape[:3], bf16)
-    angle = jax.ShapeDtypeStruct((rows, half), jnp.float32)
+    positions = jax.ShapeDtypeStruct((rows,), jnp.int32)
+    inv_freq = jax.ShapeDtypeStruct((half,), jnp.float32)
     gate_up_w = jax.ShapeDtypeStruct((2, cfg.intermediate_size, hidden), bf16)
 
-    def qkv(x, w, b, sin, cos):
-        return dk.qkv_rope(x, w, b, sin, cos, eps=1e-6, interpret=False)
+    def qkv(x, w, b, positions, inv_freq):
+        return dk.qkv_rope(x, w, b, positions, inv_freq, eps=1e-6, interpret=False)
 
     def gate_up(x, w):
         return dk.gate_up_silu(x, w, eps=1e-6, interpret=False)
 
-    assert _launch(qkv, x, qkv_w, bias, angle, angle) == qkv_launch
+    assert _launch(qkv, x, qkv_w, bias, positions, inv_freq) == qkv_launch
     assert _launch(gate_up, x, gate_up_w)[1] == gate_up_warps
