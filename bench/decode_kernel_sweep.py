@@ -61,7 +61,9 @@ GRID: dict[str, list[dict[str, Any]]] = {
         block_n=(2, 4, 8), block_k=(1024, 2048, 8192), num_warps=(4, 8), num_stages=(1, 3)
     )
     + _grid(splits=(2, 4, 8), block_n=(8, 16, 32), block_k=(256, 512), num_warps=(4, 8))
-    + _grid(pieces=(True,), block_n=(1, 2, 4), num_warps=(2, 4, 8)),
+    + _grid(pieces=(True,), block_n=(1, 2, 4), num_warps=(2, 4, 8))
+    # the chunked default of two rows a program (one row wider than the tile budget)
+    + _grid(pieces=(False,), block_n=(2,), num_warps=(4,)),
 }
 
 

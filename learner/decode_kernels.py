@@ -73,6 +73,12 @@ _NUM_WARPS = 4
 # (`bench.decode_kernel_sweep`: QKV 1.10x with 2 warps, gate-up 1.07x with 1, against 4).
 # Fuller tiles (1.5B and up) and more rows (more arithmetic a program) keep `_NUM_WARPS`.
 _HALF_TILE_WARPS = {"qkv": 2, "gate_up": 1}
+# A one-row matvec whose rows pad to the tile budget or more and are not a power of two (the
+# down projections: 4,864, 8,960 and 18,944 wide) contracts one whole row a program in
+# exact spans (`_pieces`) on 8 warps: 1.05x, 1.20x and 1.05x of two rows in 8,192-wide
+# masked chunks at 0.5B, 1.5B and 7B on an H100 (`bench.decode_kernel_sweep`); two rows
+# lose (0.87x at 0.5B), so they keep the chunks.
+_WIDE_ROW_WARPS = 8
 
 Ref = Any  # a Pallas reference to a kernel operand (Triton: a pointer)
 
@@ -118,6 +124,11 @@ def _load(ref: Ref, mask: jax.Array | None, other: float = 0) -> jax.Array:
 def _warps(kernel: str, tile: int, rows: int) -> int:
     """Triton warps for a program of `kernel` holding `tile` weight elements a step."""
     return _HALF_TILE_WARPS[kernel] if rows == 1 and tile <= _TILE // 2 else _NUM_WARPS
+
+
+def _wide_row(rows: int, k: int) -> bool:
+    """Whether a matvec over rows of width k takes one exact-span row a program."""
+    return rows == 1 and _pow2(k) >= _TILE and k != _pow2(k)
 
 
 def _pieces(k: int, minimum: int = 16) -> list[tuple[int, int]]:
@@ -367,10 +378,10 @@ def matvec_residual(
     block_n: int | None = None,
     block_k: int | None = None,
     interpret: bool | None = None,
-    num_warps: int = _NUM_WARPS,
+    num_warps: int | None = None,
     num_stages: int = 1,
     splits: int = 1,
-    pieces: bool = False,
+    pieces: bool | None = None,
     name: str | None = None,
 ) -> jax.Array:
     """residual + x @ w.T for x [R, k], w [n, k], residual [R, n]; in residual's dtype.
@@ -381,11 +392,21 @@ def matvec_residual(
     kernel (`<name>_combine`) adds their float32 partials to the residual.
     `pieces=True` contracts each row in one pass of exact power-of-two spans (`_pieces`)
     instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
+    `pieces=None` does so, one row a program on 8 warps, for one token row and rows that pad
+    to the tile budget or more (`_wide_row`: the down projections), where it measured faster,
+    unless `block_k` or `splits` ask for chunks.
     """
     rows, k = x.shape
     n = w.shape[0]
     if splits < 1:
         raise ValueError(f"splits={splits} must be >= 1")
+    if pieces is None:
+        pieces = splits == 1 and block_k is None and _wide_row(rows, k)
+        if pieces:
+            block_n = 1 if block_n is None else block_n
+            num_warps = _WIDE_ROW_WARPS if num_warps is None else num_warps
+    if num_warps is None:
+        num_warps = _NUM_WARPS
     if pieces and splits > 1:
         raise ValueError("pieces contract whole rows: they take no splits")
     name = name or "decode_matvec_residual"
@@ -665,11 +686,11 @@ def qkv_rope(
     [R] and inv_freq [head_dim // 2] (`qwen2.rope_frequencies`) give the angles, which the
     kernel makes itself as `qwen2.rope_angles` does (the same float32 products, sine and
     cosine): a table read there would wait on the position's load, a round trip the
-    weights' loads would queue behind. Each program owns
-    `block_j` dimension pairs (d, d + half) of one head, so the rotation happens in
-    registers; value heads are not rotated. `num_warps=None` picks by the tile's size
-    (`_warps`). `pieces=True` contracts each row in one pass of exact power-of-two spans
-    (`_pieces`) instead of `block_k`-wide chunks, so a row like 4,864 holds no masked registers.
+    weights' loads would queue behind. Each program owns `block_j` dimension pairs
+    (d, d + half) of one head, so the rotation happens in registers; value heads are not
+    rotated. `num_warps=None` picks by the tile's size (`_warps`). `pieces=True` contracts
+    each row in one pass of exact power-of-two spans (`_pieces`) instead of `block_k`-wide
+    chunks, so a row like 4,864 holds no masked registers.
     """
     rows, k = x.shape
     kv, slots, head_dim, _ = w.shape

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from learner import decode_kernels
@@ -252,9 +253,16 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float) -> jax.Array:
     return scale.astype(x.dtype) * normed.astype(x.dtype)
 
 
-def rope_frequencies(head_dim: int, theta: float) -> jax.Array:
-    """RoPE's inverse frequencies, [head_dim // 2] float32 (HF's `inv_freq`)."""
-    return 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+def rope_frequencies(head_dim: int, theta: float) -> np.ndarray:
+    """RoPE's inverse frequencies, [head_dim // 2] float32 (HF's `inv_freq`).
+
+    Made with NumPy, so a traced decode step embeds them as a constant: from jnp they were
+    a kernel of their own every step.
+    """
+    exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    # The power in float64 rounded once, as a correctly rounded float32 power would be.
+    powers = (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
+    return np.float32(1.0) / powers
 
 
 def rope_angles(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
@@ -783,18 +791,21 @@ def _pallas_step(
 def fused_decode(
     cfg: Qwen2Config,
     weights: DecodeWeights,
-    tokens: jax.Array,
+    tokens: jax.Array | None,
     positions: jax.Array,
-    mask: jax.Array,
+    mask: jax.Array | None,
     cache: Cache,
     cache_index: jax.Array | int,
     kernels: str = "auto",
     rope: tuple[jax.Array, jax.Array] | None = None,
     starts: jax.Array | None = None,
+    embedded: jax.Array | None = None,
 ) -> tuple[jax.Array, Cache]:
     """`Qwen2.__call__` in decode mode (write at `cache_index`, attend under `mask`), fused.
 
-    tokens, positions [B, T]; mask [B, T, cache_length]. Returns float32 logits [B, T, vocab]
+    tokens, positions [B, T]; mask [B, T, cache_length]. `embedded` [B, T, hidden] replaces
+    tokens when the caller looked their rows up itself (`greedy_kernels.greedy_update` does,
+    in the kernel that picks them). Returns float32 logits [B, T, vocab]
     and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
     `rope`: a `rope_table` covering every position, to look the angles' sin and cos up in
     (the XLA layers; the Pallas QKV kernel makes them from each row's position). `starts` [B]: each row's first attended
@@ -809,7 +820,10 @@ def fused_decode(
     then the final norm too. The embedding lookup and output head stay XLA's in every case.
     """
     check_decode_kernels(kernels)
-    x = constrain(jnp.take(weights.embedding, tokens, axis=0), ACT_BTM)
+    if (tokens is None) == (embedded is None):
+        raise ValueError("fused_decode takes tokens or their embedded rows, exactly one of them")
+    x = embedded if embedded is not None else jnp.take(weights.embedding, tokens, axis=0)
+    x = constrain(x, ACT_BTM)
     b, t, m = x.shape
     new_cache = []
     if uses_pallas(kernels, b, t):

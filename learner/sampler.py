@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from learner import qwen2
+from learner import greedy_kernels, qwen2
 from learner.sharding import batch_sharding
 
 DEFAULT_STOP = ("</triton_code>",)
@@ -255,6 +255,11 @@ def _decode(
     cache_len = cache[0].k.shape[2]
     steps = decode_steps(max_new, chunk)
     width = cache_len - steps  # the padded prompt length
+    if temperature == 0.0 and weights is not None and qwen2.uses_pallas(kernels, batch, 1):
+        return _greedy_pallas_decode(
+            cfg, weights, cache, logits, starts, stops, eos_ids,
+            max_new=max_new, pad_id=pad_id, chunk=chunk, kernels=kernels, width=width,
+        )  # fmt: skip
     prompt_lens = width - starts
     slots = jnp.arange(cache_len)
     rope = qwen2.rope_table(cache_len, cfg.head_dim, cfg.rope_theta)  # positions < cache_len
@@ -327,6 +332,62 @@ def _decode(
         cond, body, carry
     )
     return (out_tokens[:, :max_new], out_logprobs[:, :max_new], lengths, reason), cache
+
+
+def _greedy_pallas_decode(
+    cfg: qwen2.Qwen2Config,
+    weights: qwen2.DecodeWeights,
+    cache: qwen2.Cache,
+    logits: jax.Array,
+    starts: jax.Array,
+    stops: jax.Array,
+    eos_ids: jax.Array,
+    *,
+    max_new: int,
+    pad_id: int,
+    chunk: int,
+    kernels: str,
+    width: int,
+) -> tuple[tuple[jax.Array, ...], qwen2.Cache]:
+    """`_decode`'s greedy loop on the Pallas path: each step's bookkeeping (the token, its
+    log-probability, lengths, stops, the next embedding rows) is two kernels of
+    `greedy_kernels` instead of about a dozen of XLA's, the same results."""
+    batch, vocab = logits.shape
+    steps = decode_steps(max_new, chunk)
+    prompt_lens = (width - starts).astype(jnp.int32)
+    i32 = jnp.int32
+
+    def one_token(_: int, carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        state, cache, logits = carry
+        partials = greedy_kernels.logit_partials(logits)
+        state, nxt = greedy_kernels.greedy_update(
+            partials, state, prompt_lens, weights.embedding, eos_ids, stops,
+            vocab=vocab, width=width, max_new=max_new, pad_id=pad_id,
+        )  # fmt: skip
+        logits, cache = qwen2.fused_decode(
+            cfg, weights, None, nxt.positions[:, None], None, cache, nxt.index, kernels,
+            starts=starts, embedded=nxt.rows[:, None],
+        )  # fmt: skip
+        return state, cache, logits[:, 0]
+
+    def cond(carry: tuple[Any, ...]) -> jax.Array:
+        return ~jnp.all(carry[0].done != 0)
+
+    def body(carry: tuple[Any, ...]) -> tuple[Any, ...]:
+        return jax.lax.fori_loop(0, chunk, one_token, carry)
+
+    state = greedy_kernels.GreedyState(
+        step=jnp.zeros(1, i32),
+        tokens=jnp.full((batch, steps), pad_id, dtype=i32),
+        logprobs=jnp.zeros((batch, steps), dtype=jnp.float32),
+        lengths=jnp.zeros(batch, dtype=i32),
+        done=jnp.zeros(batch, dtype=i32),
+        reason=jnp.zeros(batch, dtype=i32),
+        window=jnp.full((batch, stops.shape[2]), -2, dtype=i32),
+    )
+    state, cache, _ = jax.lax.while_loop(cond, body, (state, cache, logits))
+    outputs = (state.tokens[:, :max_new], state.logprobs[:, :max_new], state.lengths, state.reason)
+    return outputs, cache
 
 
 # Module-level, so every Sampler (and every weight update) shares the compiled programs.

@@ -425,6 +425,39 @@ def _launch(fn, *args) -> tuple[tuple[int, int], int]:
 
 
 @pytest.mark.parametrize(
+    ("preset", "rows", "down_launch", "o_proj_launch"),
+    [
+        ("qwen2.5-0.5b", 1, ((896, 1), 8), ((224, 1), 4)),
+        ("qwen2.5-0.5b", 2, ((448, 1), 4), ((224, 1), 4)),
+        ("qwen2.5-1.5b", 1, ((1536, 1), 8), ((384, 1), 4)),
+    ],
+)
+def test_one_row_down_takes_whole_exact_rows_on_eight_warps(
+    preset: str,
+    rows: int,
+    down_launch: tuple[tuple[int, int], int],
+    o_proj_launch: tuple[tuple[int, int], int],
+) -> None:
+    """At one token row the down projection's rows, padding to the tile budget and not a
+    power of two, run one a program in exact spans on 8 warps (measured faster); two rows,
+    and o_proj's narrow rows, keep their chunked blocks."""
+    cfg = qwen2.Qwen2Config.from_hf(qwen2.PRESETS[preset])
+    hidden, inter = cfg.hidden_size, cfg.intermediate_size
+    bf16 = jnp.bfloat16
+    residual = jax.ShapeDtypeStruct((rows, hidden), bf16)
+
+    def matvec(x, w, res):
+        return dk.matvec_residual(x, w, res, interpret=False)
+
+    down = (jax.ShapeDtypeStruct((rows, inter), bf16), jax.ShapeDtypeStruct((hidden, inter), bf16))
+    o_proj = (residual, jax.ShapeDtypeStruct((hidden, hidden), bf16))
+    assert _launch(matvec, *down, residual) == down_launch
+    assert _launch(matvec, *o_proj, residual) == o_proj_launch
+    assert dk._wide_row(1, inter) and not dk._wide_row(2, inter)
+    assert not dk._wide_row(1, 16384)  # a power of two has no masked span
+
+
+@pytest.mark.parametrize(
     ("preset", "rows", "qkv_launch", "gate_up_warps"),
     [
         ("qwen2.5-0.5b", 1, ((18, 16), 2), 1),
