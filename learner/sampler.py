@@ -245,7 +245,8 @@ def _decode(
     the model's own modules, the reference the fused path is tested and benchmarked against.
     `kernels` picks the fused path's kernels (`qwen2.DECODE_KERNELS`): "xla", "pallas" for
     hand-written ones at small batches on one device, or "auto" for those where they are
-    faster (see `qwen2.fused_decode`).
+    faster (see `qwen2.fused_decode`). A greedy decode on the Pallas kernels also does each
+    step's bookkeeping in Pallas (`_greedy_pallas_decode`).
     """
     _check_kernels(fused, kernels)
     model = nnx.merge(graphdef, state)
