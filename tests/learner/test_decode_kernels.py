@@ -207,6 +207,103 @@ def test_attention_takes_a_mask_or_starts() -> None:
             dk.attention(qkv, mask, cache, cache, 0, starts=starts)
 
 
+@pytest.mark.parametrize(
+    "rows, kv, group, head_dim, length, n, options",
+    [
+        (1, 2, 7, 64, 200, 40, {}),  # the 0.5B head layout, the default splits (7: ragged)
+        (3, 2, 3, 12, 40, 37, {"block_s": 16, "splits": 2, "block_n": 8}),  # padded everywhere
+        (2, 1, 4, 16, 64, 9, {"block_s": 16, "splits": 3, "block_n": 2}),  # a short last split
+        (1, 2, 2, 16, 16, 8, {}),  # one split: nothing to merge
+    ],
+    ids=str,
+)
+def test_attention_o_proj_is_attention_then_o_proj(rows, kv, group, head_dim, length, n, options):
+    """The output projection that merges attention's splits itself gives what `attention`
+    then `matvec_residual` give, and the same caches."""
+    rng = np.random.default_rng(length + n)
+    qkv = _normal(rng, (rows, kv, group + 2, head_dim))
+    cache_k, cache_v = (_normal(rng, (rows, kv, length, head_dim)) for _ in range(2))
+    w = _normal(rng, (n, kv * group * head_dim)) * 0.1
+    residual = _normal(rng, (rows, n))
+    index = length // 2 + 1
+    starts = jnp.asarray(rng.integers(0, index, rows))
+    attention_options = {k: v for k, v in options.items() if k in ("block_s", "splits")}
+    out, k1, v1 = dk.attention(
+        qkv, None, cache_k, cache_v, index, starts=starts, **attention_options
+    )
+    want = dk.matvec_residual(out, w, residual)
+    got, k2, v2 = dk.attention_o_proj(
+        qkv, None, cache_k, cache_v, index, w, residual, starts=starts, **options
+    )
+    _close(got, want, 1e-5)
+    assert not np.allclose(got, residual, atol=1e-3)  # attention did contribute
+    np.testing.assert_array_equal(k1, k2)
+    np.testing.assert_array_equal(v1, v2)
+
+
+def test_attention_o_proj_checks_the_weights_heads() -> None:
+    qkv = jnp.zeros((1, 2, 4, 16))
+    cache = jnp.zeros((1, 2, 16, 16))
+    with pytest.raises(ValueError, match="does not take 4 heads of 16"):
+        dk.attention_o_proj(
+            qkv,
+            None,
+            cache,
+            cache,
+            0,
+            jnp.zeros((8, 60)),
+            jnp.zeros((1, 8)),
+            starts=jnp.zeros(1, jnp.int32),
+        )
+
+
+@pytest.mark.parametrize("preset", ["qwen2.5-0.5b", "qwen2.5-7b"])
+def test_attention_o_proj_lowers_to_verified_triton(
+    preset: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a real model's shapes (bf16, one row, 1,536 slots) both kernels lower to Triton
+    modules that pass MLIR's verifier (which only the GPU would otherwise run)."""
+    from jax._src.pallas.triton import lowering as triton_lowering
+
+    cfg = qwen2.Qwen2Config.from_hf(qwen2.PRESETS[preset])
+    kv, group, d, m = (
+        cfg.num_kv_heads,
+        cfg.num_heads // cfg.num_kv_heads,
+        cfg.head_dim,
+        cfg.hidden_size,
+    )
+    bf16 = jnp.bfloat16
+    cache = jax.ShapeDtypeStruct((1, kv, 1536, d), bf16)
+    lower_to_triton = triton_lowering.lower_jaxpr_to_triton_module
+    verified = []
+
+    def verify(*args, **kwargs):
+        result = lower_to_triton(*args, **kwargs)
+        result.module.operation.verify()
+        verified.append(result)
+        return result
+
+    monkeypatch.setattr(triton_lowering, "lower_jaxpr_to_triton_module", verify)
+
+    def call(qkv, starts, k, v, index, w, residual):
+        return dk.attention_o_proj(
+            qkv, None, k, v, index, w, residual, starts=starts, interpret=False
+        )
+
+    args = (
+        jax.ShapeDtypeStruct((1, kv, group + 2, d), bf16),
+        jax.ShapeDtypeStruct((1,), jnp.int32),
+        cache,
+        cache,
+        jax.ShapeDtypeStruct((), jnp.int32),
+        jax.ShapeDtypeStruct((m, kv * group * d), bf16),
+        jax.ShapeDtypeStruct((1, m), bf16),
+    )
+    text = jax.jit(call).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert sum("__gpu$xla.gpu.triton" in line for line in text.splitlines()) == 2
+    assert len(verified) == 2
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_rms_norm_equals_qwen2s(dtype: str) -> None:
     rng = np.random.default_rng(11)
