@@ -51,11 +51,6 @@ GRID: dict[str, list[dict[str, Any]]] = {
     "attention": _grid(splits=(1, 4, 8, 12, 16, 24, 32, 48), block_s=(32, 64, 128), num_warps=(4,))
     # many short chunks: more loads in flight at once, on fewer warps each
     + _grid(splits=(48, 96), block_s=(16, 32), num_warps=(1, 2, 4)),
-    # attention whose splits the o_proj kernel merges: chunks and splits, then o_proj's blocks
-    "attention_o_proj": _grid(block_s=(32, 64, 128, 256), splits=(3, 6, 12, 24, 48))
-    + _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8))
-    + _grid(attention_warps=(2, 8), block_s=(128, 256))
-    + _grid(num_stages=(2, 3), block_s=(64, 128), splits=(6, 12)),
     "o_proj": _grid(block_n=(1, 2, 4, 8, 16), num_warps=(2, 4, 8))
     + _grid(splits=(2, 4), block_n=(8, 16, 32), num_warps=(4,))
     + _grid(pieces=(True,), block_n=(2, 4, 8), num_warps=(2, 4)),
@@ -107,7 +102,6 @@ def read_bytes(kernel: str, shape: tuple[int, ...], rows: int, length: int) -> i
     weights = {
         "qkv": (heads + 2 * kv) * head_dim * hidden,
         "attention": 2 * kv * length * head_dim * rows,
-        "attention_o_proj": 2 * kv * length * head_dim * rows + hidden * heads * head_dim,
         "o_proj": hidden * heads * head_dim,
         "gate_up": 2 * inter * hidden,
         "down": hidden * inter,
@@ -163,7 +157,7 @@ def arguments(
             arr((rows,), jnp.int32),  # positions
             arr((half,), jnp.float32),  # inverse frequencies
         )
-    elif kernel in ("attention", "attention_o_proj"):
+    elif kernel == "attention":
         args = (
             arr((rows, kv, group + 2, head_dim), scale=1.0),
             arr((rows, length), jnp.int32),
@@ -171,8 +165,6 @@ def arguments(
             per_layer((rows, kv, length, head_dim), 1.0),
             per_layer((rows, kv, length, head_dim), 1.0),
         )
-        if kernel == "attention_o_proj":
-            args += (per_layer((hidden, heads * head_dim)), x)
     elif kernel in ("o_proj", "down"):
         k = heads * head_dim if kernel == "o_proj" else inter
         args = (arr((rows, k), scale=1.0), per_layer((hidden, k)), x)
@@ -207,13 +199,6 @@ def build(setting: Setting, lower: bool) -> Callable[..., Any]:
                 dk.attention(qkv, mask, k, v, index, **options)[0]
                 for k, v in zip(ks, vs, strict=True)
             ]
-
-    elif kernel == "attention_o_proj":
-
-        def run(qkv, mask, index, ks, vs, ws, residual):
-            for k, v, w in zip(ks, vs, ws, strict=True):
-                residual = dk.attention_o_proj(qkv, mask, k, v, index, w, residual, **options)[0]
-            return residual
 
     elif kernel in ("o_proj", "down"):
 
@@ -250,11 +235,10 @@ def lower_all(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, .
 
 
 def kernel_times(events: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Durations (us) per kernel name: a setting's, and its second kernel's (`_combine` or
-    `_merge`) under the setting's name + that suffix."""
+    """Durations (us) per setting name; a split attention's combine adds to its call."""
     times: dict[str, list[float]] = {}
     for event in events:
-        match = re.match(r"(sweep_[a-z_]+?_\d+)(_combine|_merge)?(__\d+)?$", event["name"])
+        match = re.match(r"(sweep_[a-z_]+?_\d+)(_combine)?(__\d+)?$", event["name"])
         if match:
             times.setdefault(match.group(1) + (match.group(2) or ""), []).append(event["dur_us"])
     return times
@@ -296,8 +280,8 @@ def measure(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...
     rows = []
     for setting in compiled:
         main = times.get(setting.name, [])
-        second = times.get(setting.name + "_combine") or times.get(setting.name + "_merge", [])
-        parts = [statistics.median(t) for t in (main, second) if t]
+        combine = times.get(setting.name + "_combine", [])
+        parts = [statistics.median(t) for t in (main, combine) if t]
         rows.append(
             {
                 "kernel": setting.kernel,

@@ -10,10 +10,7 @@ cache in separate dynamic-update-slices. Here one kernel does each of
 3. `matvec_residual`: o_proj (and, again, down) + the residual add;
 4. `gate_up_silu`: RMSNorm statistics + gate/up projection + silu(gate) * up;
 
-and `rms_norm` the final norm once a step. `attention_o_proj` is 2 and 3 for o_proj in two
-kernels, not three: the projection's programs merge attention's splits themselves (a
-candidate for the decode step, timed by `bench.decode_kernel_sweep`; not yet measured on a
-GPU). The QKV kernel makes each row's RoPE angles from
+and `rms_norm` the final norm once a step. The QKV kernel makes each row's RoPE angles from
 its position and attention makes its mask from each row's start, so no XLA kernel a step
 prepares them.
 
@@ -70,11 +67,6 @@ _QKV_MIN_PROGRAMS = 256
 _ATTENTION_PROGRAMS = 96
 _MAX_BLOCK_S = 64
 _MIN_BLOCK_S = 32
-# `attention_o_proj`: every output projection program reads all the splits' partials, so
-# fewer, longer chunks; and output rows a program.
-_MERGED_ATTENTION_PROGRAMS = 16
-_MERGED_MAX_BLOCK_S = 256
-_MERGED_BLOCK_N = 4
 _NUM_WARPS = 4
 # Warps of a one-row program whose weight tiles fill at most half the budget (`_TILE // 2`
 # elements, as Qwen2-0.5B's 896-wide rows do), the fastest measured per kernel on an H200
@@ -766,7 +758,6 @@ def _attention_kernel(
     chunks: int,
     splits: int,
     from_starts: bool,
-    partial: bool,
 ) -> None:
     f32 = jnp.float32
     row, head, split = pl.program_id(0), pl.program_id(1), pl.program_id(2)
@@ -842,7 +833,7 @@ def _attention_kernel(
     if chunks > 1:
         count = jnp.clip((index + block_s) // block_s - split * chunks, 0, chunks)
     top, total, acc = jax.lax.fori_loop(0, count, step, (top0, total0, acc0))
-    if not partial:
+    if splits == 1:
         (out_ref,) = out_refs
         out = (acc / total[:, None]).astype(out_ref.dtype)
         plgpu.store(out_ref.at[row, head, pl.ds(0, block_g), pl.ds(0, block_d)], out, mask=gd_ok)
@@ -883,109 +874,6 @@ def _combine_kernel(
     plgpu.store(out_ref.at[row, head, g, pl.ds(0, block_d)], out.astype(out_ref.dtype), mask=d_ok)
 
 
-def _attention_split(
-    rows: int,
-    kv: int,
-    length: int,
-    block_s: int | None,
-    splits: int | None,
-    programs: int,
-    max_block_s: int,
-) -> tuple[int, int, int]:
-    """(block_s, chunks a program, splits) of an attention over `length` cache slots.
-
-    By default, chunks of at most `max_block_s` slots, halved (to `_MIN_BLOCK_S` at the least)
-    until the cache has about `programs` of them over all rows and KV heads, one a program.
-    """
-    wanted = _cdiv(programs, rows * kv)
-    if block_s is None:
-        block_s = min(max_block_s, max(16, _pow2(length)))
-        while block_s > _MIN_BLOCK_S and _cdiv(length, block_s) < wanted:
-            block_s //= 2
-    if block_s < 16 or block_s & (block_s - 1):
-        raise ValueError(f"block_s={block_s} must be a power of two >= 16")
-    n_chunks = _cdiv(length, block_s)
-    if splits is None:
-        splits = max(1, min(n_chunks, wanted))
-    chunks = _cdiv(n_chunks, max(1, min(splits, n_chunks)))
-    return block_s, chunks, _cdiv(n_chunks, chunks)
-
-
-def _attention_call(
-    qkv: jax.Array,
-    mask: jax.Array | None,
-    cache_k: jax.Array,
-    cache_v: jax.Array,
-    index: jax.Array | int,
-    *,
-    starts: jax.Array | None,
-    block_s: int | None,
-    splits: int | None,
-    programs: int,
-    max_block_s: int,
-    partial: bool,
-    interpret: bool | None,
-    num_warps: int,
-    num_stages: int,
-    name: str,
-) -> tuple[list[jax.Array], jax.Array, jax.Array]:
-    """The attention kernel: its outputs (the merged heads [R, kv, group, head_dim] when one
-    split covers the cache and not `partial`, else each split's softmax partials: max and
-    sum [R, kv, splits, block_g], unnormalised output [R, kv, splits, block_g, block_d]) and
-    the two updated caches."""
-    rows, kv, slots, head_dim = qkv.shape
-    group = slots - 2
-    length = cache_k.shape[2]
-    if (mask is None) == (starts is None):
-        raise ValueError("attention takes a mask or the rows' starts, exactly one of them")
-    bounds = (
-        jnp.asarray(starts, jnp.int32).reshape(rows)
-        if mask is None
-        else jnp.asarray(mask).reshape(rows, length).astype(jnp.int32)
-    )
-    block_s, chunks, splits = _attention_split(
-        rows, kv, length, block_s, splits, programs, max_block_s
-    )
-    partial = partial or splits > 1
-    block_g = max(16, _pow2(group))  # the dot products need 16 rows, 16 columns
-    block_d = max(16, _pow2(head_dim))
-    if partial:
-        out_shapes = [
-            jax.ShapeDtypeStruct((rows, kv, splits, block_g), jnp.float32),
-            jax.ShapeDtypeStruct((rows, kv, splits, block_g), jnp.float32),
-            jax.ShapeDtypeStruct((rows, kv, splits, block_g, block_d), jnp.float32),
-        ]
-    else:
-        out_shapes = [jax.ShapeDtypeStruct((rows, kv, group, head_dim), qkv.dtype)]
-    kernel = functools.partial(
-        _attention_kernel,
-        group=group,
-        head_dim=head_dim,
-        length=length,
-        block_g=block_g,
-        block_d=block_d,
-        block_s=block_s,
-        chunks=chunks,
-        splits=splits,
-        from_starts=mask is None,
-        partial=partial,
-    )
-    new_k, new_v, *outs = pl.pallas_call(
-        kernel,
-        out_shape=[
-            jax.ShapeDtypeStruct(cache_k.shape, cache_k.dtype),
-            jax.ShapeDtypeStruct(cache_v.shape, cache_v.dtype),
-            *out_shapes,
-        ],
-        grid=(rows, kv, splits),
-        input_output_aliases={3: 0, 4: 1},
-        interpret=_interpret(interpret),
-        name=name,
-        compiler_params=_params(num_warps, num_stages),
-    )(qkv, bounds, jnp.asarray(index, jnp.int32).reshape(1), cache_k, cache_v)
-    return outs, new_k, new_v
-
-
 def attention(
     qkv: jax.Array,
     mask: jax.Array | None,
@@ -1017,211 +905,74 @@ def attention(
     (row, KV head, split of the cache length): all `group` query heads share each key and value
     tile, read once. With more than one split, a second small kernel merges the splits'
     online-softmax partials; `splits=None` picks enough splits for ~96 programs.
-    `attention_o_proj` merges them in the output projection's kernel instead.
     """
     rows, kv, slots, head_dim = qkv.shape
     group = slots - 2
-    name = name or "decode_attention"
-    outs, new_k, new_v = _attention_call(
-        qkv,
-        mask,
-        cache_k,
-        cache_v,
-        index,
-        starts=starts,
-        block_s=block_s,
-        splits=splits,
-        programs=_ATTENTION_PROGRAMS,
-        max_block_s=_MAX_BLOCK_S,
-        partial=False,
-        interpret=interpret,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        name=name,
+    length = cache_k.shape[2]
+    if (mask is None) == (starts is None):
+        raise ValueError("attention takes a mask or the rows' starts, exactly one of them")
+    bounds = (
+        jnp.asarray(starts, jnp.int32).reshape(rows)
+        if mask is None
+        else jnp.asarray(mask).reshape(rows, length).astype(jnp.int32)
     )
-    if len(outs) == 1:
-        (out,) = outs
+    wanted = _cdiv(_ATTENTION_PROGRAMS, rows * kv)
+    if block_s is None:
+        block_s = min(_MAX_BLOCK_S, max(16, _pow2(length)))
+        while block_s > _MIN_BLOCK_S and _cdiv(length, block_s) < wanted:
+            block_s //= 2
+    if block_s < 16 or block_s & (block_s - 1):
+        raise ValueError(f"block_s={block_s} must be a power of two >= 16")
+    n_chunks = _cdiv(length, block_s)
+    if splits is None:
+        splits = max(1, min(n_chunks, wanted))
+    chunks = _cdiv(n_chunks, max(1, min(splits, n_chunks)))
+    splits = _cdiv(n_chunks, chunks)
+    block_g = max(16, _pow2(group))  # the dot products need 16 rows, 16 columns
+    block_d = max(16, _pow2(head_dim))
+    interpret = _interpret(interpret)
+    index = jnp.asarray(index, jnp.int32).reshape(1)
+    dims = {"group": group, "head_dim": head_dim, "block_g": block_g, "block_d": block_d}
+    out_shape = jax.ShapeDtypeStruct((rows, kv, group, head_dim), qkv.dtype)
+    if splits == 1:
+        partial_shapes = [out_shape]
     else:
-        top, _, acc = outs
-        splits, block_d = acc.shape[2], acc.shape[4]
+        partial_shapes = [
+            jax.ShapeDtypeStruct((rows, kv, splits, block_g), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv, splits, block_g), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv, splits, block_g, block_d), jnp.float32),
+        ]
+    kernel = functools.partial(
+        _attention_kernel,
+        length=length,
+        block_s=block_s,
+        chunks=chunks,
+        splits=splits,
+        from_starts=mask is None,
+        **dims,
+    )
+    new_k, new_v, *partials = pl.pallas_call(
+        kernel,
+        out_shape=[
+            jax.ShapeDtypeStruct(cache_k.shape, cache_k.dtype),
+            jax.ShapeDtypeStruct(cache_v.shape, cache_v.dtype),
+            *partial_shapes,
+        ],
+        grid=(rows, kv, splits),
+        input_output_aliases={3: 0, 4: 1},
+        interpret=interpret,
+        name=name or "decode_attention",
+        compiler_params=_params(num_warps, num_stages),
+    )(qkv, bounds, index, cache_k, cache_v)
+    if splits == 1:
+        (out,) = partials
+    else:
         out = pl.pallas_call(
             functools.partial(_combine_kernel, head_dim=head_dim, splits=splits, block_d=block_d),
-            out_shape=jax.ShapeDtypeStruct((rows, kv, group, head_dim), qkv.dtype),
+            out_shape=out_shape,
             grid=(rows, kv, group),
-            interpret=_interpret(interpret),
-            name=f"{name}_combine",
+            interpret=interpret,
+            name=f"{name or 'decode_attention'}_combine",
             compiler_params=_params(num_warps, num_stages),
-        )(*outs)
+        )(*partials)
     return out.reshape(rows, kv * group * head_dim), new_k, new_v
-
-
-# --------------------------------------------------------------------------------------------
-# Attention whose splits the output projection merges (o_proj + residual)
-# --------------------------------------------------------------------------------------------
-
-
-def _merged_heads(
-    top_ref: Ref,
-    total_ref: Ref,
-    acc_ref: Ref,
-    row: int,
-    head: int,
-    *,
-    splits: int,
-    group: int,
-    head_dim: int,
-    dtype: Any,
-) -> jax.Array:
-    """One KV head's `group` attention outputs [block_g, block_d] from its splits' partials,
-    rounded to `dtype` as `attention` returns them (rows past `group` are zero)."""
-    block_p, block_g = _pow2(splits), _pow2(group)
-    block_d = acc_ref.shape[-1]
-    p_ok = (jnp.arange(block_p) < splits) if block_p != splits else None
-    g_ok = (jnp.arange(block_g) < group) if block_g != group else None
-    pg_ok = _tile_mask(p_ok, g_ok)
-    at = (np.int32(row), np.int32(head), pl.ds(0, block_p), pl.ds(0, block_g))
-    tops = _load(top_ref.at[at], pg_ok, _NEG_INF)  # [P, G]
-    totals = _load(total_ref.at[at], pg_ok)
-    pgd_ok = None if pg_ok is None else pg_ok[:, :, None]
-    accs = _load(acc_ref.at[(*at, pl.ds(0, block_d))], pgd_ok)  # [P, G, D]
-    weights = jnp.exp(tops - jnp.max(tops, axis=0)[None, :])  # masked splits: 0
-    total = jnp.sum(weights * totals, axis=0)
-    if g_ok is not None:  # no head there: 0 / 0 made finite
-        total = jnp.where(g_ok, total, 1.0)
-    out = jnp.sum(weights[:, :, None] * accs, axis=0) / total[:, None]
-    out = out.astype(dtype).astype(jnp.float32)
-    return out
-
-
-def _merged_o_proj_kernel(
-    top_ref: Ref,
-    total_ref: Ref,
-    acc_ref: Ref,
-    w_ref: Ref,
-    res_ref: Ref,
-    o_ref: Ref,
-    *,
-    rows: int,
-    n: int,
-    kv: int,
-    group: int,
-    head_dim: int,
-    splits: int,
-    block_n: int,
-) -> None:
-    """residual + (the merged attention heads) @ w.T, w viewed as [n, kv, group, head_dim]."""
-    f32 = jnp.float32
-    n0 = pl.multiple_of(pl.program_id(0) * block_n, block_n)
-    block_g, block_d = _pow2(group), acc_ref.shape[-1]
-    n_ok = (n0 + jnp.arange(block_n) < n) if n % block_n else None
-    g_ok = (jnp.arange(block_g) < group) if block_g != group else None
-    d_ok = (jnp.arange(block_d) < head_dim) if block_d != head_dim else None
-    w_ok = _and(
-        _and(
-            None if n_ok is None else n_ok[:, None, None],
-            None if g_ok is None else g_ok[None, :, None],
-        ),
-        None if d_ok is None else d_ok[None, None, :],
-    )
-    residuals = [_load(res_ref.at[np.int32(r), pl.ds(n0, block_n)], n_ok) for r in range(rows)]
-    # A traced offset: the interpreter refuses a static slice that overhangs, masked or not.
-    zero = pl.program_id(0) * 0
-    tiles = [
-        _load(
-            w_ref.at[pl.ds(n0, block_n), np.int32(h), pl.ds(zero, block_g), pl.ds(zero, block_d)],
-            w_ok,
-        )
-        for h in range(kv)
-    ]
-    dtype = o_ref.dtype
-    for r in range(rows):
-        acc = jnp.zeros((block_n,), f32)
-        for h, tile in enumerate(tiles):
-            heads = _merged_heads(
-                top_ref,
-                total_ref,
-                acc_ref,
-                r,
-                h,
-                splits=splits,
-                group=group,
-                head_dim=head_dim,
-                dtype=w_ref.dtype,
-            )
-            acc = acc + jnp.sum(jnp.sum(tile.astype(f32) * heads[None], axis=2), axis=1)
-        y = residuals[r] + acc.astype(dtype)
-        plgpu.store(o_ref.at[np.int32(r), pl.ds(n0, block_n)], y, mask=n_ok)
-
-
-def attention_o_proj(
-    qkv: jax.Array,
-    mask: jax.Array | None,
-    cache_k: jax.Array,
-    cache_v: jax.Array,
-    index: jax.Array | int,
-    w: jax.Array,
-    residual: jax.Array,
-    *,
-    starts: jax.Array | None = None,
-    block_s: int | None = None,
-    splits: int | None = None,
-    block_n: int | None = None,
-    interpret: bool | None = None,
-    num_warps: int = _NUM_WARPS,
-    attention_warps: int = _NUM_WARPS,
-    num_stages: int = 1,
-    name: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """residual + attention(...) @ w.T, and the two updated caches, in two kernels.
-
-    `attention` (its arguments and semantics) and `matvec_residual(out, w, residual)` without
-    the combine kernel between them: each output projection program merges the splits'
-    partials of every head itself, beside the loads of its weight rows, so the merge costs
-    no launch and no round trip of its own. Every program reads all the partials, so the
-    cache is split into fewer, longer chunks (`_MERGED_ATTENTION_PROGRAMS`). w [n, heads *
-    head_dim] as `matvec_residual` takes it; the second kernel is `<name>_merge`.
-    """
-    rows, kv, slots, head_dim = qkv.shape
-    group = slots - 2
-    n = w.shape[0]
-    if w.shape[1] != kv * group * head_dim:
-        raise ValueError(f"w {w.shape} does not take {kv * group} heads of {head_dim}")
-    name = name or "decode_attention"
-    (top, total, acc), new_k, new_v = _attention_call(
-        qkv,
-        mask,
-        cache_k,
-        cache_v,
-        index,
-        starts=starts,
-        block_s=block_s,
-        splits=splits,
-        programs=_MERGED_ATTENTION_PROGRAMS,
-        max_block_s=_MERGED_MAX_BLOCK_S,
-        partial=True,
-        interpret=interpret,
-        num_warps=attention_warps,
-        num_stages=num_stages,
-        name=name,
-    )
-    if block_n is None:
-        block_n = _MERGED_BLOCK_N
-    kernel = functools.partial(
-        _merged_o_proj_kernel,
-        rows=rows,
-        n=n,
-        kv=kv,
-        group=group,
-        head_dim=head_dim,
-        splits=acc.shape[2],
-        block_n=block_n,
-    )
-    x = pl.pallas_call(
-        kernel,
-        out_shape=jax.ShapeDtypeStruct(residual.shape, residual.dtype),
-        grid=(_cdiv(n, block_n),),
-        interpret=_interpret(interpret),
-        name=f"{name}_merge",
-        compiler_params=_params(num_warps, num_stages),
-    )(top, total, acc, w.reshape(n, kv, group, head_dim), residual)
-    return x, new_k, new_v
