@@ -287,7 +287,7 @@ def measure(args: argparse.Namespace, todo: list[Setting], shape: tuple[int, ...
                 "kernel": setting.kernel,
                 "setting": setting.label,
                 "us": sum(parts) if main else None,
-                "kernels": " + ".join(f"{t:.2f}" for t in parts),
+                "parts_us": " + ".join(f"{t:.2f}" for t in parts),
                 "samples": len(main),
                 "bytes": read_bytes(setting.kernel, shape, args.rows, args.length),
             }
@@ -315,7 +315,7 @@ def render(rows: list[dict], args: argparse.Namespace) -> str:
         base = defaults.get(r["kernel"])
         ratio = f"{base / r['us']:.2f}x" if base else "-"
         lines.append(
-            f"| {r['kernel']} | {r['setting']} | {r['us']:.2f} | {r['kernels']} | "
+            f"| {r['kernel']} | {r['setting']} | {r['us']:.2f} | {r['parts_us']} | "
             f"{100 * ideal_us / r['us']:.0f}% | {ratio} |"
         )
         if r["kernel"] not in best or r["us"] < best[r["kernel"]]["us"]:

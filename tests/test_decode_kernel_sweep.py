@@ -72,15 +72,15 @@ def test_the_table_compares_each_setting_with_the_default() -> None:
         model="0.5b", rows=1, length=1536, layers=8, repeats=5, bandwidth=4000
     )
     rows = [
-        {"kernel": "down", "setting": "default", "us": 6.0, "kernels": "6.00", "bytes": 8_000_000},
+        {"kernel": "down", "setting": "default", "us": 6.0, "parts_us": "6.00", "bytes": 8_000_000},
         {
             "kernel": "down",
             "setting": "block_n=2",
             "us": 4.0,
-            "kernels": "4.00",
+            "parts_us": "4.00",
             "bytes": 8_000_000,
         },
-        {"kernel": "down", "setting": "block_n=8", "us": None, "kernels": "", "bytes": 8_000_000},
+        {"kernel": "down", "setting": "block_n=8", "us": None, "parts_us": "", "bytes": 8_000_000},
     ]
     table = sweep.render(rows, args)
     assert "| down | block_n=2 | 4.00 | 4.00 | 50% | 1.50x |" in table  # 8 MB at 4 TB/s: 2 us
