@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# name: (hidden, intermediate, heads, kv_heads, head_dim, vocab) of the Qwen2.5 shapes
+# name: (hidden, intermediate, heads, kv_heads, head_dim) of the Qwen2.5 shapes
 MODELS = {
-    "0.5b": (896, 4864, 14, 2, 64, 151936),
-    "1.5b": (1536, 8960, 12, 2, 128, 151936),
-    "7b": (3584, 18944, 28, 4, 128, 152064),
+    "0.5b": (896, 4864, 14, 2, 64),
+    "1.5b": (1536, 8960, 12, 2, 128),
+    "7b": (3584, 18944, 28, 4, 128),
 }
 
 
@@ -64,9 +64,6 @@ GRID: dict[str, list[dict[str, Any]]] = {
     + _grid(pieces=(True,), block_n=(1, 2, 4), num_warps=(2, 4, 8))
     # the chunked default of two rows a program (one row wider than the tile budget)
     + _grid(pieces=(False,), block_n=(2,), num_warps=(4,)),
-    # the final norm, output head and the logits' reduction (`greedy_kernels.head_partials`)
-    "head": _grid(block_v=(128, 256, 512), block_n=(8, 16, 32, 64), num_warps=(4, 8))
-    + _grid(pieces=(False,), block_v=(256, 512), block_n=(16, 32), num_warps=(4, 8)),
 }
 
 
@@ -101,14 +98,13 @@ def settings(
 
 def read_bytes(kernel: str, shape: tuple[int, ...], rows: int, length: int) -> int:
     """Bytes one call must read at least (bf16 weights and cache), for the bandwidth column."""
-    hidden, inter, heads, kv, head_dim, vocab = shape
+    hidden, inter, heads, kv, head_dim = shape
     weights = {
         "qkv": (heads + 2 * kv) * head_dim * hidden,
         "attention": 2 * kv * length * head_dim * rows,
         "o_proj": hidden * heads * head_dim,
         "gate_up": 2 * inter * hidden,
         "down": hidden * inter,
-        "head": vocab * hidden,
     }
     return 2 * weights[kernel]
 
@@ -137,7 +133,7 @@ def arguments(
     import jax
     import jax.numpy as jnp
 
-    hidden, inter, heads, kv, head_dim, vocab = shape
+    hidden, inter, heads, kv, head_dim = shape
     group = heads // kv
     keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * layers + 8))
 
@@ -174,8 +170,6 @@ def arguments(
         args = (arr((rows, k), scale=1.0), per_layer((hidden, k)), x)
     elif kernel == "gate_up":
         args = (x, per_layer((2, inter, hidden)))
-    elif kernel == "head":
-        args = (x, arr((hidden,), scale=1.0), per_layer((vocab, hidden)))
     else:
         raise ValueError(f"unknown kernel {kernel!r}")
     _ARGUMENTS[key] = args
@@ -187,7 +181,6 @@ def build(setting: Setting, lower: bool) -> Callable[..., Any]:
     import jax
 
     from learner import decode_kernels as dk
-    from learner import greedy_kernels as gk
 
     options = {**setting.options, "name": setting.name, "interpret": False if lower else None}
     kernel = setting.kernel
@@ -218,11 +211,6 @@ def build(setting: Setting, lower: bool) -> Callable[..., Any]:
 
         def run(x, ws):
             return [dk.gate_up_silu(x, w, eps=1e-6, **options) for w in ws]
-
-    elif kernel == "head":
-
-        def run(x, scale, ws):
-            return [gk.head_partials(x, scale, w, eps=1e-6, **options) for w in ws]
 
     else:
         raise ValueError(f"unknown kernel {kernel!r}")

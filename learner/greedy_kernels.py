@@ -8,15 +8,11 @@ and looks up the next embedding rows. XLA:GPU makes a small kernel of nearly eac
 
 1. `logit_partials` reduces [B, V] logits in `block_v`-wide blocks, each to its max, the
    first index of that max and the sum of exp(x - max) (`sampler.logit_stats`' summary);
-   `head_partials` does the same from the last layer's rows, with the final RMSNorm and
-   the output head in the same kernel, so a step's logits are never written;
 2. `greedy_update` merges those partials and does the rest of the step in one program.
 
-`sampler` uses them for greedy decodes on the Pallas decode path (`qwen2.uses_pallas`):
-`logit_partials` once on the prompt's logits, then `greedy_update` and `head_partials`
-each step, around the layers' kernels. The XLA bookkeeping stays the reference they are
-tested against. Logits are assumed finite or -inf (a NaN logit's row is garbage on either
-path).
+`sampler` uses them for greedy decodes on the Pallas decode path (`qwen2.uses_pallas`); the
+XLA bookkeeping stays the reference they are tested against. Logits are assumed finite or
+-inf (a NaN logit's row is garbage on either path).
 """
 
 from __future__ import annotations
@@ -30,26 +26,12 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from learner.decode_kernels import (
-    _cdiv,
-    _interpret,
-    _load,
-    _params,
-    _pieces,
-    _pow2,
-    _tile_mask,
-)
+from learner.decode_kernels import _cdiv, _interpret, _load, _params, _pow2, _tile_mask
 
 Ref = jax.Array  # a Pallas reference to a kernel operand (Triton: a pointer)
 
 # Logits a partial-reduction program reads: 75 programs over Qwen2's 151,936-wide vocabulary.
 BLOCK_V = 2048
-# `head_partials`' settings: vocabulary rows a program covers, weight elements it loads a
-# loop step (rows of the hidden width, padded to a power of two: 16 at Qwen2-0.5B's 896)
-# and its warps.
-HEAD_BLOCK_V = 128
-HEAD_TILE = 32768
-HEAD_WARPS = 8
 _FINISH_EOS, _FINISH_STOP = 1, 2  # `sampler` finish codes
 
 
@@ -132,133 +114,6 @@ def logit_partials(
         name="greedy_logit_partials",
         compiler_params=_params(num_warps, 1),
     )(logits)
-
-
-# --------------------------------------------------------------------------------------------
-# 1'. The final norm, the output head and those partials in one kernel (no logits written)
-# --------------------------------------------------------------------------------------------
-
-
-def _head_partials_kernel(
-    x_ref: Ref, s_ref: Ref, w_ref: Ref, top_ref: Ref, at_ref: Ref, total_ref: Ref, *,
-    rows: int, vocab: int, k: int, eps: float, block_v: int, block_n: int, pieces: bool,
-) -> None:  # fmt: skip
-    f32, i32 = jnp.float32, jnp.int32
-    part = pl.program_id(0)
-    # The hidden dimension as (traced offset, width, mask) spans: one padded to a power of
-    # two, or exact power-of-two pieces (896 = 512 + 256 + 128: no masked registers).
-    spans = []
-    for start, size in _pieces(k) if pieces else [(0, _pow2(k))]:
-        ok = (start + jnp.arange(size) < k) if start + size > k else None
-        # A traced offset: the interpreter refuses a static slice that overhangs.
-        spans.append((pl.multiple_of(i32(start) + part * 0, size), size, ok))
-    dtype = x_ref.dtype
-    scales = [_load(s_ref.at[pl.ds(at, size)], ok).astype(dtype) for at, size, ok in spans]
-    xs = []
-    for r in map(np.int32, range(rows)):  # `decode_kernels.rms_norm`'s rounding, then f32
-        row = [_load(x_ref.at[r, pl.ds(at, size)], ok).astype(f32) for at, size, ok in spans]
-        inv = jax.lax.rsqrt(sum(jnp.sum(x * x) for x in row) / k + eps)
-        xs.append(
-            [(c * (x * inv).astype(dtype)).astype(f32) for c, x in zip(scales, row, strict=True)]
-        )
-    ragged = vocab % block_v != 0
-
-    def step(i: jax.Array, carry: tuple) -> tuple:
-        # Per lane j of a chunk of `block_n` logits: the running max of the logits that
-        # lane saw, the first index of it and the sum of exp(logit - that max).
-        v0 = part * block_v + i * block_n
-        cols = v0 + jnp.arange(block_n)
-        v_ok = (cols < vocab) if ragged else None
-        tiles = [
-            _load(w_ref.at[pl.ds(v0, block_n), pl.ds(at, size)], _tile_mask(v_ok, ok))
-            for at, size, ok in spans
-        ]
-        out = []
-        for x, (top, at, total) in zip(xs, carry, strict=True):
-            logit = sum(
-                jnp.sum(t.astype(f32) * xp[None, :], axis=1) for t, xp in zip(tiles, x, strict=True)
-            )
-            if v_ok is not None:  # past the vocabulary: -inf, and neither counted nor first
-                logit = jnp.where(v_ok, logit, -jnp.inf)
-            new_top = jnp.maximum(top, logit)
-            # exp(0) = 1 where a lane's max stays or is this logit (also at -inf).
-            kept = jnp.where(top == new_top, total, total * jnp.exp(top - new_top))
-            added = jnp.where(logit == new_top, 1.0, jnp.exp(logit - new_top))
-            first = (logit > top) | (at == vocab)
-            if v_ok is not None:
-                added, first = jnp.where(v_ok, added, 0.0), first & v_ok
-            out.append((new_top, jnp.where(first, cols, at), kept + added))
-        return tuple(out)
-
-    lanes = (
-        jnp.full((block_n,), -jnp.inf, f32),
-        jnp.full((block_n,), vocab, i32),
-        jnp.zeros((block_n,), f32),
-    )
-    carry = jax.lax.fori_loop(0, block_v // block_n, step, tuple(lanes for _ in range(rows)))
-    for r, (tops, ats, totals) in zip(map(np.int32, range(rows)), carry, strict=True):
-        top = jnp.max(tops)
-        _scalar_store(top_ref, (r, part), top)
-        _scalar_store(at_ref, (r, part), jnp.min(jnp.where(tops == top, ats, vocab)))
-        total = jnp.where(tops == top, totals, totals * jnp.exp(tops - top))
-        _scalar_store(total_ref, (r, part), jnp.sum(total))
-
-
-def head_partials(
-    rows: jax.Array,
-    norm_scale: jax.Array,
-    head: jax.Array,
-    *,
-    eps: float,
-    block_v: int = HEAD_BLOCK_V,
-    block_n: int | None = None,
-    interpret: bool | None = None,
-    num_warps: int = HEAD_WARPS,
-    num_stages: int = 1,
-    pieces: bool = True,
-    name: str | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """`logit_partials` of the logits rms_norm(rows) @ head.T, which are never written.
-
-    rows [B, hidden] (the last layer's output, before the final norm), norm_scale [hidden],
-    head [V, hidden] (the embedding when tied). A program covers `block_v` vocabulary rows
-    in chunks of `block_n` (default: as many as fill `HEAD_TILE`); the
-    final norm, the matvec and the reduction are one kernel instead of three (two at batch
-    one were XLA's head and the norm), and the logits go no further than registers.
-    `pieces`: hidden rows in exact power-of-two spans (`decode_kernels._pieces`), as by
-    default, or padded to one power of two.
-    """
-    batch, k = rows.shape
-    vocab = head.shape[0]
-    if head.shape[1] != k or norm_scale.shape != (k,):
-        raise ValueError(
-            f"head {head.shape} and scale {norm_scale.shape} do not match rows {rows.shape}"
-        )
-    if block_n is None:
-        block_n = max(1, min(block_v, HEAD_TILE // _pow2(k)))
-    for label, size in (("block_v", block_v), ("block_n", block_n)):
-        if size < 1 or size & (size - 1):
-            raise ValueError(f"{label}={size} must be a power of two")
-    if block_n > block_v:
-        raise ValueError(f"block_n={block_n} must not exceed block_v={block_v}")
-    parts = _cdiv(vocab, block_v)
-    shape = (batch, parts)
-    kernel = functools.partial(
-        _head_partials_kernel, rows=batch, vocab=vocab, k=k, eps=eps, block_v=block_v,
-        block_n=block_n, pieces=pieces,
-    )  # fmt: skip
-    return pl.pallas_call(
-        kernel,
-        out_shape=[
-            jax.ShapeDtypeStruct(shape, jnp.float32),
-            jax.ShapeDtypeStruct(shape, jnp.int32),
-            jax.ShapeDtypeStruct(shape, jnp.float32),
-        ],
-        grid=(parts,),
-        interpret=_interpret(interpret),
-        name=name or "greedy_head_partials",
-        compiler_params=_params(num_warps, num_stages),
-    )(rows, norm_scale, head)
 
 
 # --------------------------------------------------------------------------------------------

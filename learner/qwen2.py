@@ -615,8 +615,7 @@ class DecodeLayerWeights(NamedTuple):
 
 
 class DecodeWeights(NamedTuple):
-    """The whole model in decode layout, in the compute dtype. `head` is [vocab, hidden]
-    like the embedding (which it is, if tied): a token's output row is contiguous."""
+    """The whole model in decode layout, in the compute dtype; `head` is the embedding if tied."""
 
     embedding: jax.Array
     layers: tuple[DecodeLayerWeights, ...]
@@ -676,7 +675,7 @@ def fuse_decode_weights(model: Qwen2) -> DecodeWeights:
             )
         )
     embedding = w(model.embedder.embedding)
-    head = embedding if model.lm_head is None else w(model.lm_head.kernel).T
+    head = embedding if model.lm_head is None else w(model.lm_head.kernel)
     return DecodeWeights(embedding, tuple(layers), w(model.final_norm.scale), head)
 
 
@@ -818,36 +817,8 @@ def fused_decode(
     they apply (T = 1, B <= `decode_kernels.MAX_ROWS`, a single device; else the XLA layers,
     silently): at batch 1 a step is bound by kernel launches, and XLA:GPU launches ~15 a layer.
     "auto" does so on a GPU for the few rows where they are faster (`uses_pallas`), and
-    then the final norm too. The embedding lookup and output head stay XLA's in every case
-    (a greedy decode's head is `greedy_kernels.head_partials` on `fused_layers`' rows).
+    then the final norm too. The embedding lookup and output head stay XLA's in every case.
     """
-    x, new_cache = fused_layers(
-        cfg, weights, tokens, positions, mask, cache, cache_index, kernels, rope, starts, embedded
-    )
-    b, t, m = x.shape
-    if uses_pallas(kernels, b, t):
-        normed = decode_kernels.rms_norm(x.reshape(b, m), weights.final_norm, eps=cfg.rms_norm_eps)
-        hidden = normed.reshape(b, t, m)
-    else:
-        hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
-    logits = output_logits(hidden, weights.head, tied=True)
-    return constrain(logits, ACT_BTV), new_cache
-
-
-def fused_layers(
-    cfg: Qwen2Config,
-    weights: DecodeWeights,
-    tokens: jax.Array | None,
-    positions: jax.Array,
-    mask: jax.Array | None,
-    cache: Cache,
-    cache_index: jax.Array | int,
-    kernels: str = "auto",
-    rope: tuple[jax.Array, jax.Array] | None = None,
-    starts: jax.Array | None = None,
-    embedded: jax.Array | None = None,
-) -> tuple[jax.Array, Cache]:
-    """`fused_decode` up to the last layer's output [B, T, hidden] (before the final norm)."""
     check_decode_kernels(kernels)
     if (tokens is None) == (embedded is None):
         raise ValueError("fused_decode takes tokens or their embedded rows, exactly one of them")
@@ -861,12 +832,16 @@ def fused_layers(
         for w, layer_cache in zip(weights.layers, cache, strict=True):
             rows, layer_cache = _pallas_layer(cfg, w, rows, step, layer_cache)
             new_cache.append(layer_cache)
-        return rows.reshape(b, t, m), tuple(new_cache)
-    if rope is None:
-        sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+        normed = decode_kernels.rms_norm(rows, weights.final_norm, eps=cfg.rms_norm_eps)
+        hidden = normed.reshape(b, t, m)
     else:
-        sin, cos = (jnp.take(table, positions, axis=0, mode="clip") for table in rope)
-    for w, layer_cache in zip(weights.layers, cache, strict=True):
-        x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
-        new_cache.append(layer_cache)
-    return x, tuple(new_cache)
+        if rope is None:
+            sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
+        else:
+            sin, cos = (jnp.take(table, positions, axis=0, mode="clip") for table in rope)
+        for w, layer_cache in zip(weights.layers, cache, strict=True):
+            x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
+            new_cache.append(layer_cache)
+        hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
+    logits = output_logits(hidden, weights.head, tied=cfg.tie_word_embeddings)
+    return constrain(logits, ACT_BTV), tuple(new_cache)

@@ -351,29 +351,25 @@ def _greedy_pallas_decode(
     width: int,
 ) -> tuple[tuple[jax.Array, ...], qwen2.Cache]:
     """`_decode`'s greedy loop on the Pallas path: each step's bookkeeping (the token, its
-    log-probability, lengths, stops, the next embedding rows) is one kernel of
-    `greedy_kernels` instead of about a dozen of XLA's, and the final norm, output head and
-    the logits' reduction another (`head_partials`, the logits never written): the same
-    results."""
+    log-probability, lengths, stops, the next embedding rows) is two kernels of
+    `greedy_kernels` instead of about a dozen of XLA's, the same results."""
     batch, vocab = logits.shape
     steps = decode_steps(max_new, chunk)
     prompt_lens = (width - starts).astype(jnp.int32)
     i32 = jnp.int32
 
     def one_token(_: int, carry: tuple[Any, ...]) -> tuple[Any, ...]:
-        state, cache, partials = carry
+        state, cache, logits = carry
+        partials = greedy_kernels.logit_partials(logits)
         state, nxt = greedy_kernels.greedy_update(
             partials, state, prompt_lens, weights.embedding, eos_ids, stops,
             vocab=vocab, width=width, max_new=max_new, pad_id=pad_id,
         )  # fmt: skip
-        rows, cache = qwen2.fused_layers(
+        logits, cache = qwen2.fused_decode(
             cfg, weights, None, nxt.positions[:, None], None, cache, nxt.index, kernels,
             starts=starts, embedded=nxt.rows[:, None],
         )  # fmt: skip
-        partials = greedy_kernels.head_partials(
-            rows[:, 0], weights.final_norm, weights.head, eps=cfg.rms_norm_eps
-        )
-        return state, cache, partials
+        return state, cache, logits[:, 0]
 
     def cond(carry: tuple[Any, ...]) -> jax.Array:
         return ~jnp.all(carry[0].done != 0)
@@ -390,9 +386,7 @@ def _greedy_pallas_decode(
         reason=jnp.zeros(batch, dtype=i32),
         window=jnp.full((batch, stops.shape[2]), -2, dtype=i32),
     )
-    # The prompt's last logits (from prefill), in the blocks `head_partials` reduces.
-    first = greedy_kernels.logit_partials(logits, block_v=greedy_kernels.HEAD_BLOCK_V)
-    state, cache, _ = jax.lax.while_loop(cond, body, (state, cache, first))
+    state, cache, _ = jax.lax.while_loop(cond, body, (state, cache, logits))
     outputs = (state.tokens[:, :max_new], state.logprobs[:, :max_new], state.lengths, state.reason)
     return outputs, cache
 
