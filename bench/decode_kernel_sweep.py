@@ -3,7 +3,7 @@
     python -m bench.decode_kernel_sweep --model 0.5b --out runs/decode_sweep.md   # a GPU host
     python -m bench.decode_kernel_sweep --lower-only                               # anywhere
 
-At batch 1 a decode step is a chain of small kernels (`learner.decode_kernels`), each a few
+At batch 1 a decode step is a chain of small kernels (`learner.generate.decode_kernels`), each a few
 microseconds, and timing them from the host (a loop of layers, a call per step) drowns the
 differences between settings in dispatch noise (+/-15% per layer). Here every setting of
 every kernel gets its own kernel name, all of them run in one `jax.profiler` trace, and each
@@ -180,7 +180,7 @@ def build(setting: Setting, lower: bool) -> Callable[..., Any]:
     """A jitted call of one setting over every weight set of `arguments`."""
     import jax
 
-    from learner import decode_kernels as dk
+    from learner.generate import decode_kernels as dk
 
     options = {**setting.options, "name": setting.name, "interpret": False if lower else None}
     kernel = setting.kernel

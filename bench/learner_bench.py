@@ -27,7 +27,7 @@ to --out as JSON with a markdown copy beside it, rewritten after every subproces
 short keeps what it measured. --skip torch,train,decode and --batches trim a run; --unfused
 runs the decode rows on the model's modules instead of the fused decode weights (an A/B);
 --decode-kernels xla,pallas gives one decode row per kernel choice of the fused path (XLA's
-fusions, or the Pallas kernels of `learner.decode_kernels`, used at batch <= 8), an A/B in
+fusions, or the Pallas kernels of `learner.generate.decode_kernels`, used at batch <= 8), an A/B in
 one run; the default, auto, is the sampler's own choice (Pallas at batch <= 2 on a GPU).
 
 Decode diagnostics (what a decode step costs, kernel by kernel):
@@ -100,7 +100,7 @@ for _cfg in MODELS.values():
     )
 
 TARGETS = {"bound_b1": 0.50, "bound_b64": 0.25, "bound_b256": 0.25, "mfu_1.5b": 0.40}
-# `learner.qwen2.DECODE_KERNELS` (the driver imports no jax: it must not touch the GPU).
+# `learner.generate.decode.DECODE_KERNELS` (the driver imports no jax: it must not touch the GPU).
 DECODE_KERNELS = ("auto", "xla", "pallas")
 # --paths of the decode diagnostics: the fused path, the module path, the fused path on Pallas.
 PATHS = {"fused": (True, "xla"), "module": (False, "xla"), "pallas": (True, "pallas")}
@@ -250,7 +250,7 @@ def _jax_decode_batch(
     import jax.numpy as jnp
     import numpy as np
 
-    from learner import sampler
+    from learner.generate import sampler
 
     inputs = _decode_inputs(engine.config.vocab_size, batch, prompt)
     tokens, starts, seeds = inputs["tokens"], inputs["starts"], inputs["seeds"]
@@ -309,7 +309,9 @@ def _jax_decode_batch(
 
 
 def worker_jax_decode(spec: dict[str, Any]) -> dict[str, Any]:
-    from learner import model_io, qwen2, sampler
+    from learner.generate import sampler
+    from learner.model import io as model_io
+    from learner.model import qwen2
 
     cfg = qwen2.Qwen2Config.from_hf(MODELS[spec["model"]], param_dtype="bfloat16", dtype="bfloat16")
     engine = sampler.Sampler(model_io.random_model(cfg, seed=0))
@@ -405,7 +407,8 @@ def _train_once(spec: dict[str, Any], attention: str, remat: bool) -> dict[str, 
     import optax
     from flax import nnx
 
-    from learner import logprobs, model_io, qwen2
+    from learner.model import io as model_io
+    from learner.model import logprobs, qwen2
 
     hf = MODELS[spec["model"]]
     cfg = qwen2.Qwen2Config.from_hf(
@@ -492,7 +495,8 @@ def _abstract_decode_args(cfg: Any, batch: int, prompt: int, new: int, chunk: in
     import jax.numpy as jnp
     from flax import nnx
 
-    from learner import qwen2, sampler
+    from learner.generate import sampler
+    from learner.model import qwen2
 
     graphdef, state = nnx.split(qwen2.abstract(cfg))
     length = prompt + sampler.decode_steps(new, chunk)
@@ -516,7 +520,7 @@ def _abstract_decode_args(cfg: Any, batch: int, prompt: int, new: int, chunk: in
 
 
 def _bf16_config(name: str) -> Any:
-    from learner import qwen2
+    from learner.model import qwen2
 
     return qwen2.Qwen2Config.from_hf(MODELS[name], param_dtype="bfloat16", dtype="bfloat16")
 
@@ -528,7 +532,7 @@ def worker_hlo_count(spec: dict[str, Any]) -> dict[str, Any]:
     """Kernels per decode step of the compiled program, per path (--paths), no weights."""
     import jax
 
-    from learner import sampler
+    from learner.generate import sampler
 
     rows = []
     for name in spec["models"]:
@@ -564,7 +568,8 @@ def worker_jax_profile(spec: dict[str, Any]) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from learner import model_io, sampler
+    from learner.generate import sampler
+    from learner.model import io as model_io
 
     cfg = _bf16_config(spec["model"])
     engine = sampler.Sampler(model_io.random_model(cfg, seed=0))

@@ -1,6 +1,6 @@
 """The policy: a Flax NNX Qwen2, its checkpoints, tokenizer, sampler and sharding.
 
-Modules: `qwen2` (the model, its partition rules and HF weight map), `model_io` (model
-directories, HF import/export), `safetensors_io`, `sampler`, `logprobs`, `sharding`,
-`tokenizer`, `cli`. Nothing here imports torch or triton.
+Packages: `model` (the network, its parameter tables, checkpoints, per-token log-probs) and
+`generate` (sampler and decode kernels). Modules: `sharding`, `tokenizer`, `cli`. Nothing here
+imports torch or triton.
 """

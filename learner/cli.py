@@ -67,7 +67,9 @@ def _mesh(spec: str | None) -> Any:
 
 def _load(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, list[int]]:
     """(model, facts, tokenizer or None, eos ids) for --model, with errors as usage errors."""
-    from learner import model_io, safetensors_io, tokenizer
+    import learner.tokenizer as tokenizer
+    from learner.model import io as model_io
+    from learner.model import safetensors_io
 
     path = Path(args.model)
     try:
@@ -95,7 +97,7 @@ def _read_text(path: str) -> str:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from learner import model_io
+    from learner.model import io as model_io
 
     try:
         model = model_io.import_hf(
@@ -114,7 +116,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from learner import model_io
+    from learner.model import io as model_io
 
     try:
         files = model_io.export_hf(
@@ -132,7 +134,9 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from learner import model_io, qwen2, tokenizer
+    import learner.tokenizer as tokenizer
+    from learner.model import io as model_io
+    from learner.model import qwen2
 
     if args.config:
         hf_config = model_io.read_json(Path(args.config)) if Path(args.config).is_file() else None
@@ -169,7 +173,7 @@ def _score(args: argparse.Namespace) -> int:
     import numpy as np
     from flax import nnx
 
-    from learner import logprobs
+    from learner.model import logprobs
 
     model, _, tok, _ = _load(args)
     if args.token_ids is not None:
@@ -202,7 +206,7 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from learner import sampler
+    from learner.generate import sampler
 
     if args.num_samples < 1 or args.max_new_tokens < 1:
         raise _usage("--num-samples and --max-new-tokens must be at least 1")
@@ -259,7 +263,7 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _train_tokenizer(args: argparse.Namespace) -> int:
-    from learner import tokenizer
+    import learner.tokenizer as tokenizer
 
     missing = [p for p in args.inputs if not Path(p).exists()]
     if missing:
@@ -363,7 +367,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-stop", action="store_true", help="stop only at EOS or the token limit")
     p.add_argument(
         "--decode-kernels",
-        choices=("auto", "xla", "pallas"),  # learner.qwen2.DECODE_KERNELS (no jax import here)
+        # learner.generate.decode.DECODE_KERNELS (no jax import here)
+        choices=("auto", "xla", "pallas"),
         default="auto",
         help="decode step kernels: XLA's fusions, hand-written Pallas ones (one device, <= 8 "
         "rows), or auto (Pallas on a GPU at 1-2 rows, where they are faster)",

@@ -69,7 +69,8 @@ def random_tiny_model(*, tied: bool = False, seed: int = 0, dtype: str = "float3
     decoding is not degenerate."""
     import numpy as np
 
-    from learner import model_io, qwen2
+    from learner.model import io as model_io
+    from learner.model import qwen2
 
     config = {**TINY, "model_type": "qwen2", "tie_word_embeddings": tied, **overrides}
     cfg = qwen2.Qwen2Config.from_hf(config, param_dtype=dtype, dtype=dtype)

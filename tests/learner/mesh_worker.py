@@ -15,7 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner import model_io, qwen2, sampler, sharding
+import learner.sharding as sharding
+from learner.generate import decode, sampler
+from learner.model import io as model_io
 
 
 def _logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
@@ -34,8 +36,8 @@ def _logits(model, tokens: np.ndarray, mesh=None) -> np.ndarray:
     return np.asarray(out)
 
 
-def _fuse(graphdef: nnx.GraphDef, state: nnx.State) -> qwen2.DecodeWeights:
-    return qwen2.fuse_decode_weights(nnx.merge(graphdef, state))
+def _fuse(graphdef: nnx.GraphDef, state: nnx.State) -> decode.DecodeWeights:
+    return decode.fuse_decode_weights(nnx.merge(graphdef, state))
 
 
 def main(model_dir: str, hf_dir: str) -> None:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import drtriton_cli
-from learner import model_io
-from learner import safetensors_io as st
+from learner.model import io as model_io
+from learner.model import safetensors_io as st
 
 from .conftest import random_tiny_model
 
@@ -180,7 +180,7 @@ def test_tokenizer_init_and_text_sampling_without_torch(
     )
     assert code == 0 and "BPE" in out
 
-    from learner import tokenizer
+    import learner.tokenizer as tokenizer
 
     tok = tokenizer.load_tokenizer(tok_dir)
     for special in tokenizer.SPECIAL_TOKENS:

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner import decode_kernels as dk
-from learner import qwen2
-from learner import sampler as S
+from learner.generate import decode
+from learner.generate import decode_kernels as dk
+from learner.generate import sampler as S
+from learner.model import qwen2
 
-from .conftest import random_tiny_model
+from ..conftest import random_tiny_model
 
 EPS = 1e-6
 
@@ -99,7 +100,7 @@ def test_gate_up_silu(rows: int, block_n: int | None, block_k: int | None) -> No
 
 
 def _qkv_reference(x, w, bias, sin, cos):
-    """`qwen2._fused_layer`'s projection and rotation for one token per row."""
+    """`decode._fused_layer`'s projection and rotation for one token per row."""
     rows = x.shape[0]
     kv, slots, d, _ = w.shape
     y = jnp.einsum("rm,kjdm->rkjd", x, w) * qwen2.inverse_rms(x, EPS)[:, :, None, None] + bias
@@ -261,8 +262,8 @@ def model_bf16() -> qwen2.Qwen2:
 
 def _step(graphdef, state, tokens, positions, mask, cache, index, kernels, rope=None, starts=None):
     model = nnx.merge(graphdef, state)
-    weights = qwen2.fuse_decode_weights(model)
-    return qwen2.fused_decode(
+    weights = decode.fuse_decode_weights(model)
+    return decode.fused_decode(
         model.config, weights, tokens, positions, mask, cache, index, kernels, rope, starts
     )
 
@@ -329,8 +330,8 @@ def test_sampler_pallas_greedy_tokens_equal_xla(model: qwen2.Qwen2) -> None:
     "kernels, batch, time, backend, want",
     [
         ("auto", 1, 1, "gpu", True),
-        ("auto", qwen2.AUTO_PALLAS_ROWS, 1, "gpu", True),
-        ("auto", qwen2.AUTO_PALLAS_ROWS + 1, 1, "gpu", False),  # measured slower there
+        ("auto", decode.AUTO_PALLAS_ROWS, 1, "gpu", True),
+        ("auto", decode.AUTO_PALLAS_ROWS + 1, 1, "gpu", False),  # measured slower there
         ("auto", 1, 1, "cpu", False),  # would run interpreted
         ("pallas", 1, 1, "cpu", True),  # asked for: interpreted
         ("pallas", dk.MAX_ROWS, 1, "gpu", True),
@@ -341,7 +342,7 @@ def test_sampler_pallas_greedy_tokens_equal_xla(model: qwen2.Qwen2) -> None:
     ids=str,
 )
 def test_uses_pallas(kernels: str, batch: int, time: int, backend: str, want: bool) -> None:
-    assert qwen2.uses_pallas(kernels, batch, time, backend) is want
+    assert decode.uses_pallas(kernels, batch, time, backend) is want
 
 
 def test_default_sampler_decodes_with_pallas_on_a_gpu_only(model: qwen2.Qwen2) -> None:
@@ -349,7 +350,7 @@ def test_default_sampler_decodes_with_pallas_on_a_gpu_only(model: qwen2.Qwen2) -
     sampler = S.Sampler(model, prompt_bucket=8, chunk=4)
     assert sampler.decode_kernels == "auto"
     on_gpu = jax.default_backend() == "gpu"
-    assert qwen2.uses_pallas(sampler.decode_kernels, 1, 1) is on_gpu
+    assert decode.uses_pallas(sampler.decode_kernels, 1, 1) is on_gpu
 
 
 def test_bad_decode_kernels_raise(model: qwen2.Qwen2) -> None:
@@ -360,9 +361,9 @@ def test_bad_decode_kernels_raise(model: qwen2.Qwen2) -> None:
     cfg = model.config
     cache = qwen2.init_cache(cfg, 1, 8)
     with pytest.raises(ValueError, match="decode kernels must be one of"):
-        qwen2.fused_decode(
+        decode.fused_decode(
             cfg,
-            qwen2.fuse_decode_weights(model),
+            decode.fuse_decode_weights(model),
             jnp.zeros((1, 1), jnp.int32),
             jnp.zeros((1, 1), jnp.int32),
             jnp.ones((1, 1, 8), bool),
@@ -385,9 +386,9 @@ def test_kernels_lower_to_triton_for_the_real_shapes(monkeypatch: pytest.MonkeyP
 
     def step(state, tokens, positions, mask, cache, index, starts):
         model = nnx.merge(graphdef, state)
-        weights = qwen2.fuse_decode_weights(model)
+        weights = decode.fuse_decode_weights(model)
         rope = qwen2.rope_table(length, cfg.head_dim, cfg.rope_theta)
-        return qwen2.fused_decode(
+        return decode.fused_decode(
             cfg, weights, tokens, positions, mask, cache, index, "pallas", rope, starts
         )
 

@@ -10,11 +10,11 @@ import pytest
 from flax import nnx
 from jax._src.pallas.triton import lowering as triton_lowering
 
-from learner import greedy_kernels as G
-from learner import qwen2
-from learner import sampler as S
+from learner.generate import greedy_kernels as G
+from learner.generate import sampler as S
+from learner.model import qwen2
 
-from .conftest import random_tiny_model
+from ..conftest import random_tiny_model
 
 VOCAB = 100  # not a multiple of the blocks below: the last block is ragged
 
@@ -170,7 +170,7 @@ def test_a_greedy_step_at_batch_one_lowers_to_kernels_alone(
     plus the layers' and the final norm's, and XLA is left the output head's matmul and
     the loop's own counters, no lookups, reductions or RoPE frequencies of its own. Every
     Triton module passes MLIR's verifier (which only the GPU would otherwise run)."""
-    from learner import decode_kernels as dk
+    from learner.generate import decode_kernels as dk
 
     hf = qwen2.PRESETS["qwen2.5-0.5b"]
     cfg = qwen2.Qwen2Config.from_hf(hf, param_dtype="bfloat16", dtype="bfloat16")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from learner import qwen2
+from learner.model import qwen2
 
 
 def gather_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -22,17 +22,26 @@ def next_token_logprobs(
     mask: jax.Array | None = None,
     *,
     chunk: int = 0,
+    segment_ids: jax.Array | None = None,
 ) -> jax.Array:
     """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t: [batch, time - 1].
 
     With `chunk` > 0 the output projection runs `chunk` positions at a time and is recomputed
     in the backward pass, so the [batch, time, vocab] logits never exist at once (151k-entry
     vocabularies make them the largest activation of a small model).
+
+    `segment_ids` [batch, time] (0 = padding) scores packed rows: each token sees only its own
+    segment, and positions default to restarting per segment. Entry t across a segment
+    boundary (the last token of one sequence "predicting" the first of the next) and entries
+    on padding mean nothing: mask them in the loss.
     """
     batch, length = tokens.shape
     if positions is None:
-        positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-    hidden, _ = model.hidden_states(tokens, positions, mask)
+        if segment_ids is None:
+            positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+        else:
+            positions = qwen2.segment_positions(segment_ids)
+    hidden, _ = model.hidden_states(tokens, positions, mask, segment_ids=segment_ids)
     hidden, targets = hidden[:, :-1], tokens[:, 1:]
     steps = length - 1
     if chunk <= 0 or steps <= chunk:

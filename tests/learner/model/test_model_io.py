@@ -10,10 +10,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from learner import model_io, qwen2
-from learner import safetensors_io as st
+from learner.model import io as model_io
+from learner.model import qwen2
+from learner.model import safetensors_io as st
 
-from .conftest import write_hf_checkpoint
+from ..conftest import write_hf_checkpoint
 
 
 def _tensors(directory: Path) -> dict[str, np.ndarray]:

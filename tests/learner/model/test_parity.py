@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner import model_io, qwen2
+from learner.model import io as model_io
+from learner.model import qwen2
 
 LENGTH = 13
 

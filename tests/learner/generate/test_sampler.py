@@ -10,7 +10,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from learner import sampler as S
+from learner.generate import sampler as S
 
 PROMPTS = [[5, 17, 99, 3, 64, 12, 7], [42], [8, 9, 10, 11], [100, 101, 3]]
 NEW = 10

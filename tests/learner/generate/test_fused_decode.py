@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from learner import qwen2
-from learner import sampler as S
+from learner.generate import decode
+from learner.generate import sampler as S
+from learner.model import qwen2
 
-from .conftest import random_tiny_model
+from ..conftest import random_tiny_model
 
 PROMPTS = [[5, 17, 99, 3, 64, 12, 7], [42], [8, 9, 10, 11]]
 NEW = 9  # not a multiple of the chunk: the last chunk runs past max_new
@@ -33,8 +34,8 @@ def _step_both(
 ) -> tuple[tuple[jax.Array, qwen2.Cache], tuple[jax.Array, qwen2.Cache]]:
     model = nnx.merge(graphdef, state)
     module = model(tokens, positions, mask, cache, index)
-    fused = qwen2.fused_decode(
-        model.config, qwen2.fuse_decode_weights(model), tokens, positions, mask, cache, index
+    fused = decode.fused_decode(
+        model.config, decode.fuse_decode_weights(model), tokens, positions, mask, cache, index
     )
     return module, fused
 

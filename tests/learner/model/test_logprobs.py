@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner import logprobs
+from learner.model import logprobs
 
-from .conftest import random_tiny_model
+from ..conftest import random_tiny_model
 
 
 def test_chunked_logprobs_and_gradients_equal_unchunked() -> None:

@@ -10,7 +10,7 @@ and looks up the next embedding rows. XLA:GPU makes a small kernel of nearly eac
    first index of that max and the sum of exp(x - max) (`sampler.logit_stats`' summary);
 2. `greedy_update` merges those partials and does the rest of the step in one program.
 
-`sampler` uses them for greedy decodes on the Pallas decode path (`qwen2.uses_pallas`); the
+`sampler` uses them for greedy decodes on the Pallas decode path (`decode.uses_pallas`); the
 XLA bookkeeping stays the reference they are tested against. Logits are assumed finite or
 -inf (a NaN logit's row is garbage on either path).
 """
@@ -26,7 +26,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from learner.decode_kernels import _cdiv, _interpret, _load, _params, _pow2, _tile_mask
+from learner.generate.decode_kernels import _cdiv, _interpret, _load, _params, _pow2, _tile_mask
 
 Ref = jax.Array  # a Pallas reference to a kernel operand (Triton: a pointer)
 

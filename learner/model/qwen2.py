@@ -1,9 +1,9 @@
-"""Qwen2 (and Qwen2.5, Qwen2.5-Coder) in Flax NNX.
+"""Qwen2 (and Qwen2.5, Qwen2.5-Coder) in Flax NNX: config, pure math, KV cache, modules.
 
 RMSNorm, rotary embeddings (half-split layout, theta from the config), grouped-query attention
-with biases on q/k/v, SwiGLU MLP, tied or untied embeddings. Everything the rest of the system
-needs to know about this architecture lives here as data: the config parser, the partition
-rules and the table that maps Hugging Face tensor names onto ours.
+with biases on q/k/v, SwiGLU MLP, tied or untied embeddings. The tables that describe the
+parameters from outside (HF weight map, partition rules) are in `params`; the fused decode path
+that only generation uses is in `learner.generate.decode`.
 
 Layouts. Projections keep heads as their own dimension (`q_proj.kernel` is [hidden, heads,
 head_dim]) so that tensor parallelism splits whole heads; the KV cache is [batch, kv_heads,
@@ -11,6 +11,10 @@ length, head_dim], which makes decode attention a plain batched matmul over the 
 
 Precision. Parameters are stored in `param_dtype` and cast to `dtype` for compute; norms,
 softmax and rotary angles run in float32; logits come out in float32.
+
+Packed sequences. The uncached forward takes optional `segment_ids` [batch, time] (0 =
+padding): a token attends only to earlier tokens of its own segment, and `positions` restart
+per segment (`segment_positions`), so one row can hold several training examples.
 """
 
 from __future__ import annotations
@@ -24,8 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from learner import decode_kernels
-from learner.sharding import Rules, constrain
+from learner.sharding import constrain
 
 ARCHITECTURE = "qwen2"
 _NEG_INF = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -136,12 +139,6 @@ class Qwen2Config:
         }
 
 
-def hf_dtype_name(hf: Mapping[str, Any]) -> str | None:
-    """The checkpoint dtype an HF config declares (`torch_dtype`, or `dtype` in transformers 5)."""
-    name = hf.get("torch_dtype") or hf.get("dtype")
-    return name if isinstance(name, str) else None
-
-
 # HF configs of the public Qwen2.5 shapes (the Coder models share them), plus a tiny one for tests.
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": {
@@ -189,51 +186,10 @@ for _preset in PRESETS.values():
     _preset.update(model_type="qwen2", hidden_act="silu", rms_norm_eps=1e-6)
 
 
-# --------------------------------------------------------------------------------------------
-# Data: partition rules and the Hugging Face weight map
-# --------------------------------------------------------------------------------------------
-
-# (regex over the dotted parameter path, mesh axis per dimension)
-PARTITION_RULES: Rules = (
-    (r"embedder\.embedding", ("tp", "fsdp")),  # [vocab, hidden]
-    (r"layers\.\d+\.attn\.[qkv]_proj\.kernel", ("fsdp", "tp", None)),  # [hidden, heads, hd]
-    (r"layers\.\d+\.attn\.[qkv]_proj\.bias", ("tp", None)),  # [heads, hd]
-    (r"layers\.\d+\.attn\.o_proj\.kernel", ("tp", None, "fsdp")),  # [heads, hd, hidden]
-    (r"layers\.\d+\.mlp\.(gate|up)_proj\.kernel", ("fsdp", "tp")),  # [hidden, inner]
-    (r"layers\.\d+\.mlp\.down_proj\.kernel", ("tp", "fsdp")),  # [inner, hidden]
-    (r"(layers\.\d+\.)?\w*norm\.scale", (None,)),  # [hidden]
-    (r"lm_head\.kernel", ("fsdp", "tp")),  # [hidden, vocab]
-)
-
 # Activation layouts (batch over fsdp; heads and vocab over tp).
 ACT_BTM: tuple[str | None, ...] = ("fsdp", None, None)
 ACT_BTV: tuple[str | None, ...] = ("fsdp", None, "tp")
 CACHE_BKSD: tuple[str | None, ...] = ("fsdp", "tp", None, None)
-
-# (HF tensor name, our parameter path, layout change); "{i}" stands for the layer index.
-# Layout changes: "none"; "transpose" ([out, in] -> [in, out]); "heads_in" ([heads*hd, hidden]
-# -> [hidden, heads, hd]); "heads_bias" ([heads*hd] -> [heads, hd]); "heads_out"
-# ([hidden, heads*hd] -> [heads, hd, hidden]). All are permutations: round trips are exact.
-HF_MAPPING: tuple[tuple[str, str, str], ...] = (
-    ("model.embed_tokens.weight", "embedder.embedding", "none"),
-    ("model.norm.weight", "final_norm.scale", "none"),
-    ("lm_head.weight", "lm_head.kernel", "transpose"),
-    ("model.layers.{i}.input_layernorm.weight", "layers.{i}.input_norm.scale", "none"),
-    ("model.layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_attn_norm.scale", "none"),
-    ("model.layers.{i}.self_attn.q_proj.weight", "layers.{i}.attn.q_proj.kernel", "heads_in"),
-    ("model.layers.{i}.self_attn.q_proj.bias", "layers.{i}.attn.q_proj.bias", "heads_bias"),
-    ("model.layers.{i}.self_attn.k_proj.weight", "layers.{i}.attn.k_proj.kernel", "heads_in"),
-    ("model.layers.{i}.self_attn.k_proj.bias", "layers.{i}.attn.k_proj.bias", "heads_bias"),
-    ("model.layers.{i}.self_attn.v_proj.weight", "layers.{i}.attn.v_proj.kernel", "heads_in"),
-    ("model.layers.{i}.self_attn.v_proj.bias", "layers.{i}.attn.v_proj.bias", "heads_bias"),
-    ("model.layers.{i}.self_attn.o_proj.weight", "layers.{i}.attn.o_proj.kernel", "heads_out"),
-    ("model.layers.{i}.mlp.gate_proj.weight", "layers.{i}.mlp.gate_proj.kernel", "transpose"),
-    ("model.layers.{i}.mlp.up_proj.weight", "layers.{i}.mlp.up_proj.kernel", "transpose"),
-    ("model.layers.{i}.mlp.down_proj.weight", "layers.{i}.mlp.down_proj.kernel", "transpose"),
-)
-
-# HF tensors that carry no information of their own (recomputed here) and may be skipped.
-HF_IGNORED = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,6 +262,36 @@ def causal_mask(batch: int, length: int) -> jax.Array:
     """[batch, length, length] lower-triangular mask."""
     tri = jnp.tril(jnp.ones((length, length), dtype=bool))
     return jnp.broadcast_to(tri, (batch, length, length))
+
+
+def segment_mask(segment_ids: jax.Array) -> jax.Array:
+    """[batch, time, time] mask of packed rows: causal and within the same segment.
+
+    segment_ids [batch, time]: one id per packed sequence, 0 for padding (padding attends only
+    to padding, so its outputs are finite and meaningless: mask them out of any loss).
+    """
+    batch, length = segment_ids.shape
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return causal_mask(batch, length) & same
+
+
+def segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """Positions that restart at 0 where each segment starts, [batch, time] int32.
+
+    A segment is a run of equal ids; a packer that writes its rows left to right gets the
+    positions each sequence would have alone.
+    """
+    length = segment_ids.shape[-1]
+    index = jnp.arange(length, dtype=jnp.int32)
+    starts = jnp.concatenate(
+        [
+            jnp.ones_like(segment_ids[:, :1], dtype=bool),
+            segment_ids[:, 1:] != segment_ids[:, :-1],
+        ],
+        axis=1,
+    )
+    first = jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
+    return index - first
 
 
 def output_logits(hidden: jax.Array, weight: jax.Array, *, tied: bool) -> jax.Array:
@@ -509,10 +495,10 @@ def _run_layer(
 class Qwen2(nnx.Module):
     """The decoder stack. Call it on tokens and positions; get float32 logits and the cache.
 
-    Cache modes: no cache (training, scoring; causal unless `mask` says otherwise); a cache with
-    `cache_index=None` fills it from slot 0 with these tokens and attends among them (prefill);
-    a cache with `cache_index=i` writes these tokens at slot i and attends over the whole cache
-    under `mask` [batch, time, cache_length] (decode).
+    Cache modes: no cache (training, scoring; causal unless `mask` or `segment_ids` say
+    otherwise); a cache with `cache_index=None` fills it from slot 0 with these tokens and
+    attends among them (prefill); a cache with `cache_index=i` writes these tokens at slot i and
+    attends over the whole cache under `mask` [batch, time, cache_length] (decode).
 
     `rngs=None` builds the structure with shape-only parameters (`abstract`), which loaders fill.
     """
@@ -535,8 +521,17 @@ class Qwen2(nnx.Module):
         mask: jax.Array | None = None,
         cache: Cache | None = None,
         cache_index: jax.Array | None = None,
+        *,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, Cache | None]:
-        """Final-norm hidden states [batch, time, hidden] (before the output projection)."""
+        """Final-norm hidden states [batch, time, hidden] (before the output projection).
+
+        `segment_ids` [batch, time] (uncached passes only; 0 = padding) packs several sequences
+        in a row: attention stays causal within each segment, and `positions` should restart
+        per segment (`segment_positions`).
+        """
+        if segment_ids is not None:
+            mask = _packed_mask(tokens, segment_ids, mask, cache)
         cfg = self.config
         x = constrain(self.embedder.encode(tokens), ACT_BTM)
         sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
@@ -565,283 +560,30 @@ class Qwen2(nnx.Module):
         mask: jax.Array | None = None,
         cache: Cache | None = None,
         cache_index: jax.Array | None = None,
+        *,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, Cache | None]:
-        hidden, cache = self.hidden_states(tokens, positions, mask, cache, cache_index)
+        hidden, cache = self.hidden_states(
+            tokens, positions, mask, cache, cache_index, segment_ids=segment_ids
+        )
         return self.logits(hidden), cache
+
+
+def _packed_mask(
+    tokens: jax.Array, segment_ids: jax.Array, mask: jax.Array | None, cache: Cache | None
+) -> jax.Array:
+    """The attention mask of a packed uncached pass; a clear error for what it cannot serve."""
+    if cache is not None:
+        raise ValueError("segment_ids apply to uncached passes (scoring, training) only")
+    if mask is not None:
+        raise ValueError("pass either mask or segment_ids, not both")
+    if segment_ids.shape != tokens.shape:
+        raise ValueError(
+            f"segment_ids shape {segment_ids.shape} differs from tokens shape {tokens.shape}"
+        )
+    return segment_mask(segment_ids)
 
 
 def abstract(cfg: Qwen2Config) -> Qwen2:
     """The model's structure with shapes and dtypes only (no memory, no compute, no tracing)."""
     return Qwen2(cfg, rngs=None)
-
-
-# --------------------------------------------------------------------------------------------
-# Decode with fused weights
-# --------------------------------------------------------------------------------------------
-
-# Layouts of the fused decode weights (the parameters' own rules are PARTITION_RULES above): the
-# KV-head axis carries `tp`, so a split keeps each KV head's query heads, key and value together.
-# Every projection has its contracted (input) dimension last, as HF stores it.
-DECODE_QKV: tuple[str | None, ...] = ("tp", None, None, "fsdp")  # [kv, group + 2, hd, hidden]
-DECODE_QKV_BIAS: tuple[str | None, ...] = ("tp", None, None)  # [kv, group + 2, hd]
-DECODE_GATE_UP: tuple[str | None, ...] = (None, "tp", "fsdp")  # [2, inner, hidden]
-
-
-class DecodeLayerWeights(NamedTuple):
-    """One layer's weights regrouped so a single token needs two projections, not five.
-
-    `qkv` [kv_heads, group + 2, head_dim, hidden] holds, per KV head, its `group` query heads (in
-    the order q_proj has them), then its key, then its value; `gate_up` [2, inner, hidden] stacks
-    gate over up, so a `tp` split of `inner` keeps each gate row beside its up row. `o_proj`
-    [hidden, heads * head_dim] contracts one dimension: over (heads, head_dim) XLA:GPU wrote
-    the [heads, head_dim, hidden] elementwise product out and reduced it in a second kernel.
-
-    `qkv` and `gate_up` carry the scales of the RMSNorms before them (diag(scale) W): a
-    token's projection reads the residual itself and scales its output by 1 / rms, where
-    XLA:GPU wrote a normalised copy of the residual in a kernel of its own before each.
-
-    Each projection contracts its last (contiguous) dimension, as HF stores it and as the
-    tied output head [vocab, hidden] does: in a batch-1 profile of the 0.5B shape that head
-    ran at 3.9 TB/s, while projections contracting their leading dimension became reduction
-    kernels well below the bandwidth (XLA:GPU's column reductions keep few SMs busy when the
-    output is short).
-    """
-
-    qkv: jax.Array
-    qkv_bias: jax.Array
-    o_proj: jax.Array
-    gate_up: jax.Array
-    down: jax.Array
-
-
-class DecodeWeights(NamedTuple):
-    """The whole model in decode layout, in the compute dtype; `head` is the embedding if tied."""
-
-    embedding: jax.Array
-    layers: tuple[DecodeLayerWeights, ...]
-    final_norm: jax.Array
-    head: jax.Array
-
-
-def fuse_decode_weights(model: Qwen2) -> DecodeWeights:
-    """Build the decode layout from the model's parameters (under jit, outside the decode loop).
-
-    A copy of every projection: call it once per decode program, never per token. The
-    parameters, their checkpoint mapping and their partition rules are untouched.
-    """
-    cfg = model.config
-    kv, d = cfg.num_kv_heads, cfg.head_dim
-    group = cfg.num_heads // kv
-
-    def w(param: nnx.Param | None) -> jax.Array:
-        if param is None:
-            raise ValueError("Qwen2 projections q, k and v carry biases")
-        return param[...].astype(cfg.compute_dtype)
-
-    def scaled(weight: jax.Array, norm: RMSNorm) -> jax.Array:
-        """diag(scale) W, the input dimension last; the product in float32, rounded once."""
-        scale = norm.scale[...].astype(jnp.float32)
-        return (weight.astype(jnp.float32) * scale).astype(cfg.compute_dtype)
-
-    layers = []
-    for layer in model.layers:
-        attn, mlp = layer.attn, layer.mlp
-        qkv = jnp.concatenate(
-            [
-                w(attn.q_proj.kernel).reshape(cfg.hidden_size, kv, group, d),
-                w(attn.k_proj.kernel)[:, :, None],
-                w(attn.v_proj.kernel)[:, :, None],
-            ],
-            axis=2,
-        ).transpose(1, 2, 3, 0)
-        qkv = scaled(qkv, layer.input_norm)
-        qkv_bias = jnp.concatenate(
-            [
-                w(attn.q_proj.bias).reshape(kv, group, d),
-                w(attn.k_proj.bias)[:, None],
-                w(attn.v_proj.bias)[:, None],
-            ],
-            axis=1,
-        )
-        gate_up = jnp.stack([w(mlp.gate_proj.kernel).T, w(mlp.up_proj.kernel).T], axis=0)
-        gate_up = scaled(gate_up, layer.post_attn_norm)
-        layers.append(
-            DecodeLayerWeights(
-                qkv=constrain(qkv, DECODE_QKV),
-                qkv_bias=constrain(qkv_bias, DECODE_QKV_BIAS),
-                o_proj=w(attn.o_proj.kernel).reshape(cfg.num_heads * d, cfg.hidden_size).T,
-                gate_up=constrain(gate_up, DECODE_GATE_UP),
-                down=w(mlp.down_proj.kernel).T,
-            )
-        )
-    embedding = w(model.embedder.embedding)
-    head = embedding if model.lm_head is None else w(model.lm_head.kernel)
-    return DecodeWeights(embedding, tuple(layers), w(model.final_norm.scale), head)
-
-
-def _fused_layer(
-    cfg: Qwen2Config,
-    w: DecodeLayerWeights,
-    x: jax.Array,
-    sin: jax.Array,
-    cos: jax.Array,
-    mask: jax.Array,
-    cache: LayerCache,
-    cache_index: jax.Array | int,
-) -> tuple[jax.Array, LayerCache]:
-    """`DecoderLayer` on `DecodeLayerWeights`: four projections instead of seven (same math)."""
-    b, t, _ = x.shape
-    kv, d = cfg.num_kv_heads, cfg.head_dim
-    group = cfg.num_heads // kv
-    eps = cfg.rms_norm_eps
-    y = jnp.einsum("btm,kjdm->btkjd", x, w.qkv, preferred_element_type=jnp.float32)
-    y = (y * inverse_rms(x, eps)[..., None, None]).astype(x.dtype) + w.qkv_bias
-    qk = apply_rope(y[:, :, :, : group + 1].reshape(b, t, kv * (group + 1), d), sin, cos)
-    qk = qk.reshape(b, t, kv, group + 1, d)
-    q = qk[:, :, :, :group].reshape(b, t, cfg.num_heads, d)
-    out, cache_out = cached_attention(
-        q, qk[:, :, :, group], y[:, :, :, group + 1], mask, cache, cache_index
-    )
-    assert cache_out is not None
-    x = x + jnp.einsum("btf,mf->btm", out.reshape(b, t, cfg.num_heads * d), w.o_proj)
-    gate_up = jnp.einsum("btm,cfm->btcf", x, w.gate_up, preferred_element_type=jnp.float32)
-    gate_up = (gate_up * inverse_rms(x, eps)[..., None]).astype(x.dtype)
-    x = x + jnp.einsum("btf,mf->btm", jax.nn.silu(gate_up[:, :, 0]) * gate_up[:, :, 1], w.down)
-    return constrain(x, ACT_BTM), cache_out
-
-
-# Kernels of `fused_decode`: XLA's own fusions, the Pallas kernels of `decode_kernels`, or
-# "auto": the Pallas kernels where they were measured faster (see `AUTO_PALLAS_ROWS`).
-DECODE_KERNELS = ("auto", "xla", "pallas")
-
-# Token rows up to which "auto" picks the Pallas kernels on a GPU. On an H200 (0.5B and 1.5B
-# shapes, prompt 512) they beat XLA's fusions by 33% and 32% at one row and by 29% and 8% at
-# two, and lose by 45% and 55% at eight, where a step is no longer bound by launches.
-AUTO_PALLAS_ROWS = 2
-
-
-def check_decode_kernels(kernels: str) -> None:
-    """Raise a ValueError naming the choices unless `kernels` is one of `DECODE_KERNELS`."""
-    if kernels not in DECODE_KERNELS:
-        raise ValueError(f"decode kernels must be one of {DECODE_KERNELS}, got {kernels!r}")
-
-
-def uses_pallas(kernels: str, batch: int, time: int, backend: str | None = None) -> bool:
-    """Whether a decode call of `batch` rows and `time` new tokens runs the Pallas kernels.
-
-    They serve one new token per row, few rows, and no mesh of more than one device (the
-    kernels see whole, unsharded weights); "auto" also asks for a GPU (elsewhere they would
-    run in Pallas' interpreter) and at most `AUTO_PALLAS_ROWS` rows.
-    """
-    if kernels == "xla" or time != 1 or batch > decode_kernels.MAX_ROWS:
-        return False
-    mesh = jax.sharding.get_abstract_mesh()
-    if not (mesh.empty or mesh.size == 1):
-        return False
-    if kernels == "auto":
-        backend = backend or jax.default_backend()
-        return backend == "gpu" and batch <= AUTO_PALLAS_ROWS
-    return True
-
-
-class _PallasStep(NamedTuple):
-    """What every layer's Pallas kernels share in one decode step (made once a step)."""
-
-    positions: jax.Array  # [R]: the QKV kernel makes each row's RoPE angles from its position
-    inv_freq: jax.Array  # [head_dim // 2]
-    mask: jax.Array | None  # [R, cache_length] int32, or None with `starts`
-    starts: jax.Array | None  # [R]: each row attends to slots starts..index
-    index: jax.Array  # [1]: the cache slot of the new token
-
-
-def _pallas_layer(
-    cfg: Qwen2Config, w: DecodeLayerWeights, x: jax.Array, step: _PallasStep, cache: LayerCache
-) -> tuple[jax.Array, LayerCache]:
-    """`_fused_layer` for one token per row (x [R, hidden]) as five Pallas kernels (six with
-    a split cache)."""
-    eps = cfg.rms_norm_eps
-    qkv = decode_kernels.qkv_rope(x, w.qkv, w.qkv_bias, step.positions, step.inv_freq, eps=eps)
-    out, k, v = decode_kernels.attention(
-        qkv, step.mask, cache.k, cache.v, step.index, starts=step.starts
-    )
-    x = decode_kernels.matvec_residual(out, w.o_proj, x)
-    x = decode_kernels.matvec_residual(
-        decode_kernels.gate_up_silu(x, w.gate_up, eps=eps), w.down, x
-    )
-    return x, LayerCache(k, v)
-
-
-def _pallas_step(
-    cfg: Qwen2Config,
-    positions: jax.Array,
-    mask: jax.Array,
-    cache_index: jax.Array | int,
-    starts: jax.Array | None,
-) -> _PallasStep:
-    """The per-step inputs of `_pallas_layer`, made once a step rather than once a layer."""
-    b = positions.shape[0]
-    index = jnp.asarray(cache_index, jnp.int32).reshape(1)
-    rows = jnp.asarray(positions, jnp.int32).reshape(b)
-    inv_freq = rope_frequencies(cfg.head_dim, cfg.rope_theta)
-    if starts is None:
-        return _PallasStep(rows, inv_freq, mask.reshape(b, -1).astype(jnp.int32), None, index)
-    return _PallasStep(rows, inv_freq, None, jnp.asarray(starts, jnp.int32).reshape(b), index)
-
-
-def fused_decode(
-    cfg: Qwen2Config,
-    weights: DecodeWeights,
-    tokens: jax.Array | None,
-    positions: jax.Array,
-    mask: jax.Array | None,
-    cache: Cache,
-    cache_index: jax.Array | int,
-    kernels: str = "auto",
-    rope: tuple[jax.Array, jax.Array] | None = None,
-    starts: jax.Array | None = None,
-    embedded: jax.Array | None = None,
-) -> tuple[jax.Array, Cache]:
-    """`Qwen2.__call__` in decode mode (write at `cache_index`, attend under `mask`), fused.
-
-    tokens, positions [B, T]; mask [B, T, cache_length]. `embedded` [B, T, hidden] replaces
-    tokens when the caller looked their rows up itself (`greedy_kernels.greedy_update` does,
-    in the kernel that picks them). Returns float32 logits [B, T, vocab]
-    and the updated cache; equal to the module path up to the rounding of the wider GEMMs.
-    `rope`: a `rope_table` covering every position, to look the angles' sin and cos up in
-    (the XLA layers; the Pallas QKV kernel makes them from each row's position). `starts` [B]: each row's first attended
-    slot, given only when `mask` is exactly the slots from there to `cache_index` (as a
-    decode loop's is): the Pallas attention then makes the mask itself. Both save small XLA
-    kernels a step, which at batch 1 cost about as much as a layer's own.
-
-    `kernels="pallas"` runs each layer as the hand-written kernels of `decode_kernels` when
-    they apply (T = 1, B <= `decode_kernels.MAX_ROWS`, a single device; else the XLA layers,
-    silently): at batch 1 a step is bound by kernel launches, and XLA:GPU launches ~15 a layer.
-    "auto" does so on a GPU for the few rows where they are faster (`uses_pallas`), and
-    then the final norm too. The embedding lookup and output head stay XLA's in every case.
-    """
-    check_decode_kernels(kernels)
-    if (tokens is None) == (embedded is None):
-        raise ValueError("fused_decode takes tokens or their embedded rows, exactly one of them")
-    x = embedded if embedded is not None else jnp.take(weights.embedding, tokens, axis=0)
-    x = constrain(x, ACT_BTM)
-    b, t, m = x.shape
-    new_cache = []
-    if uses_pallas(kernels, b, t):
-        step = _pallas_step(cfg, positions, mask, cache_index, starts)
-        rows = x.reshape(b, m)
-        for w, layer_cache in zip(weights.layers, cache, strict=True):
-            rows, layer_cache = _pallas_layer(cfg, w, rows, step, layer_cache)
-            new_cache.append(layer_cache)
-        normed = decode_kernels.rms_norm(rows, weights.final_norm, eps=cfg.rms_norm_eps)
-        hidden = normed.reshape(b, t, m)
-    else:
-        if rope is None:
-            sin, cos = rope_angles(positions, cfg.head_dim, cfg.rope_theta)
-        else:
-            sin, cos = (jnp.take(table, positions, axis=0, mode="clip") for table in rope)
-        for w, layer_cache in zip(weights.layers, cache, strict=True):
-            x, layer_cache = _fused_layer(cfg, w, x, sin, cos, mask, layer_cache, cache_index)
-            new_cache.append(layer_cache)
-        hidden = rms_norm(x, weights.final_norm, cfg.rms_norm_eps)
-    logits = output_logits(hidden, weights.head, tied=cfg.tie_word_embeddings)
-    return constrain(logits, ACT_BTV), tuple(new_cache)

@@ -31,8 +31,9 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
-from learner import qwen2
-from learner import safetensors_io as st
+from learner.model import qwen2
+from learner.model import safetensors_io as st
+from learner.model.params import HF_IGNORED, HF_MAPPING, PARTITION_RULES, hf_dtype_name
 from learner.sharding import param_sharding
 
 FORMAT_FILE = "drtriton_model.json"
@@ -129,7 +130,7 @@ def _to_hf_layout(kind: str, x: np.ndarray) -> np.ndarray:
 def hf_key_table(cfg: qwen2.Qwen2Config) -> dict[str, tuple[str, str]]:
     """{HF tensor name: (parameter path, layout change)} for this config."""
     table: dict[str, tuple[str, str]] = {}
-    for hf_key, path, kind in qwen2.HF_MAPPING:
+    for hf_key, path, kind in HF_MAPPING:
         if path.startswith("lm_head") and cfg.tie_word_embeddings:
             continue
         layers = range(cfg.num_layers) if "{i}" in hf_key else [None]
@@ -154,7 +155,7 @@ def _placement(
     if mesh is None:
         single = SingleDeviceSharding(device or jax.devices()[0])
         return lambda _path, _shape: single
-    return lambda path, shape: param_sharding(path, shape, qwen2.PARTITION_RULES, mesh)
+    return lambda path, shape: param_sharding(path, shape, PARTITION_RULES, mesh)
 
 
 def _place(view: np.ndarray, dtype: Any, sharding: jax.sharding.Sharding) -> jax.Array:
@@ -217,7 +218,7 @@ def load_hf(
         dtypes = {
             str(info.dtype) for name, info in tensors.items() if name.endswith(("weight", "bias"))
         }
-        declared = qwen2.hf_dtype_name(hf_config)
+        declared = hf_dtype_name(hf_config)
         param_dtype = dtypes.pop() if len(dtypes) == 1 else (declared or "float32")
         if param_dtype not in qwen2.DTYPES:
             raise ModelFormatError(f"checkpoint dtype {param_dtype} is not supported")
@@ -225,7 +226,7 @@ def load_hf(
     table = hf_key_table(cfg)
 
     reader = st.TensorReader()
-    ignored = [k for k in tensors if any(re.fullmatch(p, k) for p in qwen2.HF_IGNORED)]
+    ignored = [k for k in tensors if any(re.fullmatch(p, k) for p in HF_IGNORED)]
     tied_copy = False
     if cfg.tie_word_embeddings and "lm_head.weight" in tensors:
         head = reader.get(tensors["lm_head.weight"])

@@ -26,7 +26,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from learner import greedy_kernels, qwen2
+from learner.generate import greedy_kernels
+from learner.generate.decode import (
+    DecodeWeights,
+    check_decode_kernels,
+    fuse_decode_weights,
+    fused_decode,
+    uses_pallas,
+)
+from learner.model import qwen2
 from learner.sharding import batch_sharding
 
 DEFAULT_STOP = ("</triton_code>",)
@@ -202,7 +210,7 @@ def _prefill(
 
 
 def _check_kernels(fused: bool, kernels: str) -> None:
-    qwen2.check_decode_kernels(kernels)
+    check_decode_kernels(kernels)
     if not fused and kernels == "pallas":
         raise ValueError(f"decode kernels {kernels!r} need the fused decode path (fused=True)")
 
@@ -240,23 +248,23 @@ def _decode(
     lengths, finish codes), each [B, max_new] or [B], and the final cache, which reuses the
     donated input cache's memory.
 
-    `fused` runs each token through `qwen2.fused_decode` on weights regrouped once, here, before
+    `fused` runs each token through `fused_decode` on weights regrouped once, here, before
     the loop (fewer, larger kernels per token: what bounds batch-1 decode on a GPU); False runs
     the model's own modules, the reference the fused path is tested and benchmarked against.
-    `kernels` picks the fused path's kernels (`qwen2.DECODE_KERNELS`): "xla", "pallas" for
+    `kernels` picks the fused path's kernels (`learner.generate.decode.DECODE_KERNELS`): "xla", "pallas" for
     hand-written ones at small batches on one device, or "auto" for those where they are
-    faster (see `qwen2.fused_decode`). A greedy decode on the Pallas kernels also does each
+    faster (see `fused_decode`). A greedy decode on the Pallas kernels also does each
     step's bookkeeping in Pallas (`_greedy_pallas_decode`).
     """
     _check_kernels(fused, kernels)
     model = nnx.merge(graphdef, state)
-    weights = qwen2.fuse_decode_weights(model) if fused else None
+    weights = fuse_decode_weights(model) if fused else None
     cfg = model.config
     batch = logits.shape[0]
     cache_len = cache[0].k.shape[2]
     steps = decode_steps(max_new, chunk)
     width = cache_len - steps  # the padded prompt length
-    if temperature == 0.0 and weights is not None and qwen2.uses_pallas(kernels, batch, 1):
+    if temperature == 0.0 and weights is not None and uses_pallas(kernels, batch, 1):
         return _greedy_pallas_decode(
             cfg, weights, cache, logits, starts, stops, eos_ids,
             max_new=max_new, pad_id=pad_id, chunk=chunk, kernels=kernels, width=width,
@@ -297,7 +305,7 @@ def _decode(
         if weights is None:
             logits, cache = model(token[:, None], positions, mask, cache, slot)
         else:
-            logits, cache = qwen2.fused_decode(
+            logits, cache = fused_decode(
                 cfg, weights, token[:, None], positions, mask, cache, slot, kernels, rope, starts
             )
         return (
@@ -337,7 +345,7 @@ def _decode(
 
 def _greedy_pallas_decode(
     cfg: qwen2.Qwen2Config,
-    weights: qwen2.DecodeWeights,
+    weights: DecodeWeights,
     cache: qwen2.Cache,
     logits: jax.Array,
     starts: jax.Array,
@@ -365,7 +373,7 @@ def _greedy_pallas_decode(
             partials, state, prompt_lens, weights.embedding, eos_ids, stops,
             vocab=vocab, width=width, max_new=max_new, pad_id=pad_id,
         )  # fmt: skip
-        logits, cache = qwen2.fused_decode(
+        logits, cache = fused_decode(
             cfg, weights, None, nxt.positions[:, None], None, cache, nxt.index, kernels,
             starts=starts, embedded=nxt.rows[:, None],
         )  # fmt: skip

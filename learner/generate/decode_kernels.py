@@ -15,9 +15,9 @@ its position and attention makes its mask from each row's start, so no XLA kerne
 prepares them.
 
 Weights are [out, in] (the contracted dimension last and contiguous) with any RMSNorm scale
-already folded in (`qwen2.DecodeLayerWeights`), so a kernel reads the residual itself and
+already folded in (`decode.DecodeLayerWeights`), so a kernel reads the residual itself and
 scales its dot products by 1 / rms: each program recomputes that from the `hidden`-long row.
-Dot products accumulate in float32 and round where the XLA path (`qwen2._fused_layer`) rounds.
+Dot products accumulate in float32 and round where the XLA path (`decode._fused_layer`) rounds.
 
 Matrix-vector kernels grid over blocks of output rows (enough programs to fill the SMs of an
 H100/H200) and loop over the contracted dimension in chunks of up to 8,192, loading a
@@ -26,7 +26,7 @@ reuses the tile. Any size works: loads and stores are masked where a block overh
 Every kernel function takes its block sizes, Triton's `num_warps` / `num_stages` and the
 kernel's name in profiles (`bench.decode_kernel_sweep` times each setting on the GPU by
 that name). The sampler picks these kernels on its own only where they beat XLA's
-(`qwen2.uses_pallas`).
+(`decode.uses_pallas`).
 Off the GPU the kernels run in Pallas' interpreter (`interpret=None` picks it). Static indices
 into refs are numpy integers: the interpreter's load and store rules reject Python ints.
 """
