@@ -1,0 +1,1 @@
+"""Training: data, configuration, the SFT loop, checkpoints and metrics."""
