@@ -68,16 +68,17 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _rl(args: argparse.Namespace) -> int:
     cfg = load_cli_config(args)
+    from learner.rl.trainer import LogprobGapError, run_rl
+
     try:
-        from learner.rl.trainer import run_rl
-    except ModuleNotFoundError as err:
-        if err.name and err.name.startswith("learner.rl"):
-            raise _usage("the RL trainer (learner.rl.trainer) is not available") from None
-        raise
-    try:
-        run_rl(cfg)
+        summary = run_rl(cfg)
     except _user_errors() as err:
         raise _usage(_one_line(err)) from None
+    except LogprobGapError as err:
+        # The run stopped itself: its objective would have been corrupted. Checkpoints stay.
+        print(f"drtriton train rl: stopped: {_one_line(err)}", file=sys.stderr)
+        return 1
+    print(f"rl: step {summary['steps']} at level {summary['level']} in {cfg.run_dir}")
     return 0
 
 

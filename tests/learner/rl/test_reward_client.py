@@ -1,0 +1,169 @@
+"""The reward client: rejection before sending, the verdict cache, retries and masking of
+sandbox failures (through real gRPC: a flaky in-process server, and a port nobody serves)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from learner.rl.cache import VerdictCache, cache_key
+from learner.rl.reward_client import (
+    Request,
+    RewardClient,
+    SandboxUnreachableError,
+    check_reachable,
+    parses,
+    problem_seed,
+)
+from protos.drtriton.sandbox.v1 import sandbox_pb2_grpc
+from sandbox.client import SandboxClient
+from sandbox.result import VerifyResult
+
+GOOD = "import triton\n\ndef triton_fused_operator(x):\n    return [x]\n"
+PROBLEM = "import torch\n\ndef fused_operator(x):\n    return [x]\n"
+FAST = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}
+
+
+class FakeClient:
+    """Answers every item with a fixed verdict and remembers what it was sent."""
+
+    def __init__(self, verdict: str = "correct", fail: bool = False) -> None:
+        self.verdict = verdict
+        self.fail = fail
+        self.sent: list[dict[str, Any]] = []
+
+    def verify_many(self, items, *, concurrency=32, progress=False):
+        if self.fail:
+            raise RuntimeError("channel closed")
+        self.sent.extend(items)
+        return [VerifyResult(verdict=self.verdict) for _ in items]
+
+
+def test_unparsable_candidates_are_rejected_without_a_call() -> None:
+    fake = FakeClient()
+    client = RewardClient(fake, seed=3)
+    requests = [
+        Request("p", PROBLEM, None),  # no code block
+        Request("p", PROBLEM, "def broken(:\n"),
+        Request("p", PROBLEM, "   \n"),
+        Request("p", PROBLEM, GOOD),
+    ]
+    records, stats = client.judge(requests)
+    assert [r["verdict"] for r in records] == ["syntax_error"] * 3 + ["correct"]
+    assert [r["source"] for r in records] == ["rejected"] * 3 + ["sandbox"]
+    assert (stats.rejected, stats.sent, stats.cached) == (3, 1, 0)
+    assert len(fake.sent) == 1
+    sent = fake.sent[0]
+    assert sent["candidate"] == GOOD and sent["problem"] == PROBLEM
+    assert sent["seed"] == problem_seed(3, "p") and sent["format"] == "functional"
+    assert parses(GOOD) and not parses("x = (")
+
+
+def test_identical_pairs_come_from_the_cache_and_failures_are_not_cached() -> None:
+    fake = FakeClient()
+    client = RewardClient(fake, cache=VerdictCache(8))
+    first, _ = client.judge([Request("p", PROBLEM, GOOD)])
+    records, stats = client.judge([Request("p", PROBLEM, GOOD), Request("q", PROBLEM, GOOD)])
+    # Another program id is another input seed: another request.
+    assert [r["source"] for r in records] == ["cache", "sandbox"]
+    assert records[0]["verdict"] == first[0]["verdict"] == "correct"
+    assert (stats.cached, stats.sent) == (1, 1) and len(fake.sent) == 2
+
+    failing = RewardClient(FakeClient("sandbox_error"), cache=VerdictCache(8))
+    failing.judge([Request("p", PROBLEM, GOOD)])
+    _, stats = failing.judge([Request("p", PROBLEM, GOOD)])
+    assert (stats.cached, stats.sandbox_failures) == (0, 1)
+
+
+def test_cache_is_bounded_and_least_recently_used_goes_first() -> None:
+    cache = VerdictCache(2)
+    keys = [cache_key("p", f"c{i}", {"trials": 1}) for i in range(3)]
+    cache.put(keys[0], {"verdict": "correct"})
+    cache.put(keys[1], {"verdict": "wrong_output"})
+    assert cache.get(keys[0]) is not None  # 0 is now the most recent
+    cache.put(keys[2], {"verdict": "correct"})
+    assert len(cache) == 2 and cache.get(keys[1]) is None and cache.get(keys[0]) is not None
+    assert cache_key("p", "c", {"seed": 1}) != cache_key("p", "c", {"seed": 2})
+    assert cache_key("ab", "c", {}) != cache_key("a", "bc", {})
+    off = VerdictCache(0)
+    off.put(keys[0], {"verdict": "correct"})
+    assert off.get(keys[0]) is None
+
+
+def test_a_client_that_raises_masks_every_item() -> None:
+    records, stats = RewardClient(FakeClient(fail=True)).judge([Request("p", PROBLEM, GOOD)] * 3)
+    assert [r["verdict"] for r in records] == ["sandbox_error"] * 3
+    assert stats.sandbox_failures == 3
+
+
+# -- real gRPC ----------------------------------------------------------------------------------
+
+
+class FlakyServicer(sandbox_pb2_grpc.SandboxServicer):
+    """UNAVAILABLE for the first `failures` calls, then `correct`."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def Verify(self, request, context):  # noqa: N802 - gRPC method name
+        with self.lock:
+            self.calls += 1
+            fail = self.calls <= self.failures
+        if fail:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "draining")
+        return VerifyResult(verdict="correct", request_id=request.request_id).to_proto()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def flaky_server():
+    servicer = FlakyServicer(failures=2)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    sandbox_pb2_grpc.add_SandboxServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield servicer, f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_retries_reach_a_verdict_after_unavailable(flaky_server) -> None:
+    servicer, target = flaky_server
+    retries: list[int] = []
+    with SandboxClient(
+        target, timeout_s=30, max_retries=4, on_retry=lambda a, c, d: retries.append(a), **FAST
+    ) as sandbox:
+        records, stats = RewardClient(sandbox, concurrency=1).judge([Request("p", PROBLEM, GOOD)])
+    assert records[0]["verdict"] == "correct" and stats.sandbox_failures == 0
+    assert retries == [1, 2] and servicer.calls == 3
+
+
+def test_retries_that_run_out_are_masked_not_scored(flaky_server) -> None:
+    servicer, target = flaky_server
+    servicer.failures = 100
+    with SandboxClient(target, timeout_s=30, max_retries=1, **FAST) as sandbox:
+        records, stats = RewardClient(sandbox, concurrency=2).judge(
+            [Request("p", PROBLEM, GOOD), Request("q", PROBLEM, GOOD)]
+        )
+    assert [r["verdict"] for r in records] == ["sandbox_error"] * 2
+    assert stats.sandbox_failures == 2
+
+
+def test_a_server_that_is_down_is_a_sandbox_failure_and_fails_the_start_check() -> None:
+    target = f"127.0.0.1:{_free_port()}"
+    with SandboxClient(target, timeout_s=5, max_retries=1, **FAST) as sandbox:
+        records, stats = RewardClient(sandbox).judge([Request("p", PROBLEM, GOOD)])
+        assert records[0]["verdict"] == "sandbox_error" and stats.sandbox_failures == 1
+        with pytest.raises(SandboxUnreachableError, match="no sandbox server answered"):
+            check_reachable(sandbox, [target], timeout_s=1)
