@@ -480,8 +480,8 @@ def spread(values: list[float]) -> str:
 
 STAGE_ORDER = (
     "queue", "static", "problem", "gpu_memory_wait", "spawn", "start", "load", "compile",
-    "gpu_wait", "reference", "first_trial", "trials", "poison_check", "noop_check",
-    "baseline_compile", "timing_io", "timing_wait", "timing", "timed_loops", "cleanup", "release",
+    "gpu_wait", "reference", "first_trial", "trials", "noop_check", "baseline_compile",
+    "timing_io", "timing_wait", "timing_overrun_wait", "timing", "timed_loops", "cleanup", "release",
     "other",
 )  # fmt: skip
 # Stages inside another (`timing` holds the candidate's `timed_loops`) or outside the

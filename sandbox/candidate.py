@@ -7,6 +7,13 @@ load the candidate, run it on inputs read from files the grader owns, write the
 outputs back into the grader's files, time it. Replies are JSON (the grader never
 unpickles anything from this process). Nothing here decides a verdict: the grader
 compares and judges.
+
+Every stretch of candidate code (its import, each call, each timed loop) runs inside
+`sandbox.guard`'s instruments, which report what it did. After a call the harness touches
+what came back only through functions bound before the candidate was imported (the
+C-level tensor methods, not attributes of `torch.Tensor` a candidate may have replaced),
+accepts only a plain list or tuple of plain tensors, and never calls the candidate's
+objects (their `__iter__`, `__len__` or `__del__` would run unguarded).
 """
 
 from __future__ import annotations
@@ -77,6 +84,27 @@ class Harness:
         self.torch = torch
         self.guard = guard
         self.conn = conn
+        # Bound before the candidate is imported (and before the guard wraps the escape
+        # hatches): the harness's own steps never look these up again.
+        base = torch._C.TensorBase
+        self._from_file = torch.from_file
+        self._copy = base.copy_
+        self._detach = base.detach
+        self._view = base.view
+        self._size = base.size
+        self._dtype = base.dtype.__get__
+        self._numel = base.numel
+        self._storage_ptr = lambda t: torch._C.StorageBase.data_ptr(base.untyped_storage(t))
+        self._to = base.to
+        self._empty = torch.empty
+        self._tensor_type = torch.Tensor
+        self._type_name = type.__dict__["__name__"].__get__
+        self._dumps = json.dumps
+        self._perf = time.perf_counter
+        self._send = conn.send_bytes
+        self._recv = conn.recv
+        self._close = os.close
+        self._fileno = conn.fileno()
         self.device = device
         self.job_dir = job_dir
         self.entry: Any = None
@@ -86,16 +114,12 @@ class Harness:
         self.timed: dict[str, Any] = {}
         self.clock = None
         self.gpu_cap: int | None = None  # bytes of GPU memory this candidate may take
-        # Bound before the candidate is imported: its patches cannot reach these.
-        self._from_file = torch.from_file
-        self._copy = torch.Tensor.copy_
-        self._empty = torch.empty
         self.fds: list[int] = []  # shared device buffers that came with the current command
         self._shared_buffer: Any = None
         # When each start-up step ended (the host's monotonic clock, which the grader shares):
         # what a process spends before it is ready, reported with "ready".
         self.startup: dict[str, float] = {}
-        guard.install()
+        self.instruments = guard.install(device)
         if device == "cuda":
             from sandbox.device_share import SharedBuffer
 
@@ -122,39 +146,54 @@ class Harness:
     # -- plumbing -----------------------------------------------------------------
     def reply(self, **payload: Any) -> None:
         """Answer the command in flight (the grader matches replies by `seq`)."""
-        self.conn.send_bytes(json.dumps({**payload, "seq": self.seq}).encode())
+        self._send(self._dumps({**payload, "seq": self.seq}).encode())
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """A question to the grader in the middle of a command (`sandbox.launchers`)."""
-        self.conn.send_bytes(json.dumps(request).encode())
-        answer = self.conn.recv()
+        self._send(self._dumps(request).encode())
+        answer = self._recv()
         return answer if isinstance(answer, dict) else {}
 
-    def fail(self, error: BaseException) -> None:
+    def classify(self, error: BaseException) -> str:
+        """The verdict a failure of the candidate's own code gets."""
         from sandbox.guard import ForbiddenOperation, TamperingDetected
 
-        kind = "runtime_error"
         name = type(error).__name__
         text_of_error = str(error)
         if isinstance(error, ForbiddenOperation):
-            kind = "torch_fallback"
-        elif isinstance(error, TamperingDetected):
-            kind = "tampering"
-        elif (
-            (
-                isinstance(error, MemoryError)
-                or name == "OutOfMemoryError"
-                or "can't allocate memory" in text_of_error
-                or "Cannot allocate memory" in text_of_error
-            )
-            or isinstance(error, OSError)
-            and error.errno == errno.EFBIG
+            return "torch_fallback"
+        if isinstance(error, TamperingDetected):
+            return "tampering"
+        if (
+            isinstance(error, MemoryError)
+            or name == "OutOfMemoryError"
+            or "can't allocate memory" in text_of_error
+            or "Cannot allocate memory" in text_of_error
+        ) or (
+            isinstance(error, OSError) and error.errno in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT)
         ):
-            kind = "gpu_full" if self._gpu_was_full(text_of_error) else "resource_limit"
-        elif "CompilationError" in name or "CompileTimeAssertionFailure" in name:
-            kind = "compile_error"
+            return "gpu_full" if self._gpu_was_full(text_of_error) else "resource_limit"
+        if "CompilationError" in name or "CompileTimeAssertionFailure" in name:
+            return "compile_error"
+        return "runtime_error"
+
+    def fail(self, error: BaseException) -> None:
+        """Answer with a failure of the harness's own steps (files, copies, memory)."""
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-        self.reply(ok=False, error_type=kind, message=_tail(f"{name}: {error}\n{text}"))
+        self.reply(
+            ok=False,
+            error_type=self.classify(error),
+            message=_tail(f"{type(error).__name__}: {error}\n{text}"),
+        )
+
+    def refused(self, report: Any, default: str = "runtime_error") -> bool:
+        """Answer with the failure a guarded stretch reports, if any; whether it did."""
+        failure = report.failure()
+        if failure is None:
+            return False
+        kind, message = failure
+        self.reply(ok=False, error_type=kind or default, message=_tail(message))
+        return True
 
     def _gpu_was_full(self, message: str) -> bool:
         """Whether a CUDA out-of-memory error came from other processes, not this cap."""
@@ -178,7 +217,7 @@ class Harness:
         if "path" not in spec:  # shape only: memory on the device, never written
             return self._empty(spec["shape"], dtype=dtype, device=self.device)
         flat = self._from_file(spec["path"], shared=shared, size=numel, dtype=dtype)
-        return flat.view(spec["shape"])
+        return self._view(flat, spec["shape"])
 
     def _inputs(self, specs: list[dict[str, Any]]) -> list[Any]:
         """The inputs on the device: the grader's shared memory itself, or private copies.
@@ -189,8 +228,8 @@ class Harness:
         """
         tensors = [self._tensor(s, shared=False) for s in specs]
         return [
-            t.to(self.device, copy=True)
-            if isinstance(t, self.torch.Tensor) and "path" in spec
+            self._to(t, self.device, copy=True)
+            if type(t) is self._tensor_type and "path" in spec
             else t
             for t, spec in zip(tensors, specs, strict=True)
         ]
@@ -244,128 +283,135 @@ class Harness:
         self.gpu_cap = limit
 
     def load(self, msg: dict[str, Any]) -> None:
-        torch = self.torch
+        """Import the candidate and find (or build) its entry point, guarded: escape
+        hatches shut, PyTorch allowed (a ModelNew sets its parameters up)."""
         self._cap_gpu_memory(msg.get("gpu_memory_bytes"))
-        try:
-            spec = importlib.util.spec_from_file_location("candidate", msg["path"])
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["candidate"] = module
-            self.guard._state.candidate_running = True
-            try:
-                spec.loader.exec_module(module)
-            finally:
-                self.guard._state.candidate_running = False
-        except BaseException as error:  # noqa: BLE001 - any failure at import is the kernel's
-            kind = "compile_error"
-            if isinstance(error, self.guard.TamperingDetected):
-                kind = "tampering"  # e.g. lifting its GPU memory cap at import
-            elif isinstance(error, self.guard.ForbiddenOperation):
-                kind = "torch_fallback"
-            self.reply(ok=False, error_type=kind, message=_tail(traceback.format_exc()))
+        imported = self.instruments.loading(lambda error: "compile_error")
+        with imported:
+            module = self._import(msg["path"])
+        if self.refused(imported.report):
             return
+        built = self.instruments.loading(self.classify)
+        with built:
+            entry, missing = self._entry_point(module, msg)
+        if self.refused(built.report):
+            return
+        if missing:
+            self.reply(ok=False, error_type="no_entry_point", message=missing)
+            return
+        self.entry = entry
+        self.reply(ok=True)
+
+    @staticmethod
+    def _import(path: str) -> Any:
+        spec = importlib.util.spec_from_file_location("candidate", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["candidate"] = module
+        spec.loader.exec_module(module)
+        return module
+
+    def _entry_point(self, module: Any, msg: dict[str, Any]) -> tuple[Any, str]:
+        """(entry, '') or (None, why there is none); runs guarded (a module's __getattr__
+        is the candidate's code)."""
         if msg["format"] == "kernelbench":
             model_cls = getattr(module, "ModelNew", None)
             if model_cls is None:
-                self.reply(ok=False, error_type="no_entry_point", message="no class ModelNew")
-                return
-            try:
-                torch.manual_seed(msg["init_seed"])
-                model = model_cls(*msg["init_inputs"])
-                self.entry = model.to(self.device)
-            except BaseException as error:  # noqa: BLE001
-                self.fail(error)
-                return
-        else:
-            entry = getattr(module, "triton_fused_operator", None)
-            if not callable(entry):
-                self.reply(
-                    ok=False, error_type="no_entry_point", message="no triton_fused_operator"
-                )
-                return
-            self.entry = entry
-        self.reply(ok=True)
+                return None, "no class ModelNew"
+            self.torch.manual_seed(msg["init_seed"])
+            return model_cls(*msg["init_inputs"]).to(self.device), ""
+        entry = getattr(module, "triton_fused_operator", None)
+        return (entry, "") if callable(entry) else (None, "no triton_fused_operator")
 
     def run(self, msg: dict[str, Any]) -> None:
-        torch = self.torch
-        if msg["mode"] == "compile":  # nothing runs: inputs need a shape, not data
+        """One call of the candidate under the guard (`msg["mode"]`: normal, noop or
+        compile), its outputs copied into the grader's buffers."""
+        plan = msg["mode"]
+        if plan == "compile":  # nothing runs: inputs need a shape, not data
             inputs = [self._tensor(s, shared=False) for s in msg["inputs"]]
         else:
             inputs = self._inputs(msg["inputs"])
-        inputs_s = time.perf_counter() - self.received
-        call = self.guard.candidate_call(msg["mode"])
-        tampered = None
-        try:
-            with call:
-                called = time.perf_counter()
-                result = self._call(inputs)
-                self._sync()
-                call_s = time.perf_counter() - called
-                tampered = self.guard.intact(call.poison)
-        except BaseException as error:  # noqa: BLE001 - reported, judged by the grader
-            if isinstance(error, SystemExit | KeyboardInterrupt):
-                error = RuntimeError(f"{type(error).__name__} raised by the candidate")
-            self.fail(error)
+        inputs_s = self._perf() - self.received
+        call = self.instruments.call(plan, self.classify)
+        del plan  # kept by the guard only
+        result: Any = None
+        with call:
+            call.hold(inputs)
+            called = self._perf()
+            result = self._call(inputs)
+            self._sync()
+            call_s = self._perf() - called
+            call.hold(result)
+        if self.refused(call.report):
             return
-        launches = self.guard.launches
-        copied = time.perf_counter()
-        if tampered:
-            self.reply(ok=False, error_type="tampering", message=tampered)
+        copied = self._perf()
+        described = self._outputs(result, inputs, msg)
+        if described is None:
             return
-        if isinstance(result, torch.Tensor):
+        count, outputs = described
+        self.reply(
+            ok=True,
+            launches=call.report.launches,
+            count=count,
+            outputs=outputs,
+            # As this process measured them, for the grader's stage accounting only.
+            call_s=call_s,
+            inputs_s=inputs_s,
+            outputs_s=self._perf() - copied,
+            harness_s=self._perf() - self.received,
+        )
+
+    def _outputs(
+        self, result: Any, inputs: list[Any], msg: dict[str, Any]
+    ) -> tuple[int, list[dict[str, Any]]] | None:
+        """Copy what the call returned (and, on trials, the inputs as it left them) into
+        the grader's buffers: how many outputs it returned, and each one described.
+        None: already answered."""
+        tensor = self._tensor_type
+        if type(result) is tensor:
             result = [result]
-        if not isinstance(result, list | tuple):
+        if type(result) not in (list, tuple):
             self.reply(
                 ok=False,
                 error_type="wrong_output",
-                message=f"returned {type(result).__name__}, expected a list of tensors",
+                message=f"returned {self._type_name(type(result))}, expected a list of tensors",
             )
-            return
-        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-        input_ptrs = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+            return None
+        input_ptrs = {self._storage_ptr(t) for t in inputs if type(t) is tensor and self._numel(t)}
         outputs = []
         # The grader's buffers, kept until the copies into them are done: letting go of a
         # shared buffer waits for the device, once for all of them after `_settle`.
         targets = []
         for value, spec in zip(result, msg["outputs"], strict=False):
-            info: dict[str, Any] = {"type": type(value).__name__, "written": False}
-            if type(value) is not torch.Tensor:
+            info: dict[str, Any] = {"type": self._type_name(type(value)), "written": False}
+            if type(value) is not tensor:
                 outputs.append(info)
                 continue
-            info["shape"] = list(value.shape)
-            info["dtype"] = str(value.dtype).removeprefix("torch.")
-            info["aliases_input"] = bool(
-                value.numel() and value.untyped_storage().data_ptr() in input_ptrs
-            )
+            numel = self._numel(value)
+            info["shape"] = list(self._size(value))
+            info["dtype"] = str(self._dtype(value)).removeprefix("torch.")
+            info["aliases_input"] = bool(numel and self._storage_ptr(value) in input_ptrs)
             if info["shape"] == spec["shape"] and info["dtype"] == spec["dtype"]:
-                if value.numel():
+                if numel:
                     targets.append(self._tensor(spec, shared=True))
-                    self._copy(targets[-1], value.detach())
+                    self._copy(targets[-1], self._detach(value))
                 info["written"] = True
             outputs.append(info)
         # The inputs as the candidate left them: the grader compares them itself (shared
         # memory is the grader's own copy, which the candidate ran on: nothing to write).
         for now, spec in zip(inputs, msg.get("inputs_after", []), strict=False):
-            if "path" not in spec:
+            if "path" not in spec or type(now) is not tensor or not self._numel(now):
                 continue
-            if isinstance(now, torch.Tensor) and now.numel() and list(now.shape) == spec["shape"]:
+            if list(self._size(now)) == spec["shape"]:
                 targets.append(self._tensor(spec, shared=True))
-                self._copy(targets[-1], now.detach())
+                self._copy(targets[-1], self._detach(now))
         self._settle()
         del targets
-        self.reply(
-            ok=True,
-            launches=launches,
-            count=len(result),
-            outputs=outputs,
-            # As this process measured them, for the grader's stage accounting only.
-            call_s=call_s,
-            inputs_s=inputs_s,
-            outputs_s=time.perf_counter() - copied,
-            harness_s=time.perf_counter() - self.received,
-        )
+        return len(result), outputs
 
     def time(self, msg: dict[str, Any]) -> None:
+        """Time the candidate on the staged inputs: one guarded stretch for the loop,
+        each call inside it guarded as a trial's is."""
         from sandbox.timing import time_cuda, time_wall
 
         if self.clock is None:
@@ -382,38 +428,41 @@ class Harness:
             box.clear()
             box.append(self._call(inputs))
 
-        started = time.perf_counter()
-        try:
-            with self.guard.candidate_call("normal"):
-                if msg.get("wall"):
-                    times = [time_wall(step, self.clock, msg["runs"])]
-                else:
-                    times = time_cuda(step, self.clock, msg["runs"], msg["warmup"])
-        except BaseException as error:  # noqa: BLE001
-            self.fail(error)
+        started = self._perf()
+        loop = self.instruments.call("normal", self.classify, steps=True)
+        with loop:
+            loop.hold(inputs)
+            guarded = loop.armed(step)
+            if msg.get("wall"):
+                times = [time_wall(guarded, self.clock, msg["runs"])]
+            else:
+                times = time_cuda(guarded, self.clock, msg["runs"], msg["warmup"])
+            loop.hold(box[0] if box else [])
+        if self.refused(loop.report):
             return
         # Kept for `fetch`, which copies them out after the grader's clock has stopped.
         self.timed[msg.get("slot", "events")] = box[0] if box else []
         # The loop's own duration, for the grader's stage accounting only (never trusted).
-        self.reply(ok=True, times=times, loop_s=time.perf_counter() - started)
+        self.reply(ok=True, times=times, loop_s=self._perf() - started)
 
     def fetch(self, msg: dict[str, Any]) -> None:
         """Write the outputs of the last call of each timed loop into the grader's files."""
+        tensor = self._tensor_type
         targets = []  # held until the copies are done (see `run`)
         for slot, specs in msg["outputs"].items():
             result = self.timed.get(slot, [])
-            if isinstance(result, self.torch.Tensor):
+            if type(result) is tensor:
                 result = [result]
-            if not isinstance(result, list | tuple):
+            if type(result) not in (list, tuple):
                 continue
             for value, spec in zip(result, specs, strict=False):
                 if (
-                    type(value) is self.torch.Tensor
-                    and list(value.shape) == spec["shape"]
-                    and value.numel()
+                    type(value) is tensor
+                    and list(self._size(value)) == spec["shape"]
+                    and self._numel(value)
                 ):
                     targets.append(self._tensor(spec, shared=True))
-                    self._copy(targets[-1], value.detach())
+                    self._copy(targets[-1], self._detach(value))
         self._settle()
         del targets
         self.reply(ok=True)
@@ -446,16 +495,16 @@ class Harness:
         }
         while True:
             try:
-                msg = self.conn.recv()
+                msg = self._recv()
             except EOFError:
                 return
-            self.received = time.perf_counter()
+            self.received = self._perf()
             if msg["cmd"] == "exit":
                 return
             self.seq = msg.get("seq")
             try:
                 if msg.get("fds"):
-                    self.fds = receive_descriptors(self.conn.fileno(), int(msg["fds"]))
+                    self.fds = receive_descriptors(self._fileno, int(msg["fds"]))
                 handlers[msg["cmd"]](msg)
             except Exception as error:  # noqa: BLE001 - the harness's own steps (files, copies)
                 # Staging a GiB input or writing an output can fail (memory, disk): the
@@ -463,18 +512,19 @@ class Harness:
                 self.fail(error)
             finally:
                 for fd in self.fds:  # each mapping holds its memory; the descriptors can go
-                    os.close(fd)
+                    self._close(fd)
                 self.fds = []
 
 
 def serve(fd: int, job_dir: str, device: str, processes: int) -> None:
     """Jail this process, say ready, obey the grader on pipe `fd`, then exit."""
     began = time.monotonic()
-    missing = isolation.enter_jail(job_dir, processes)
+    missing = isolation.enter_jail(job_dir, processes, device=device)
     os.chdir(job_dir)
     jailed = time.monotonic()
     conn = Connection(fd)
     harness = Harness(conn, device, job_dir)
+    missing += isolation.lock_down()  # the syscall filter: last, before any candidate code
     startup = {"serve": began, "jail": jailed, **harness.startup, "ready": time.monotonic()}
     harness.reply(ok=True, ready=True, jail_missing=missing, startup=startup)
     harness.serve()

@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--retries", type=int, default=2, help="server mode: retries when unavailable or busy"
     )
     verify.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_client_security(verify)
     verify.set_defaults(handler=_verify)
 
     sandbox = subparsers.add_parser("sandbox", help="run or query a sandbox server")
@@ -98,13 +99,76 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
+    _add_server_security(serve)
     serve.set_defaults(handler=_serve)
 
     info = commands.add_parser("info", help="show a server's device, workers and isolation")
     info.add_argument("--server", required=True, metavar="HOST:PORT")
     info.add_argument("--timeout", type=float, default=10, metavar="S")
     info.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_client_security(info)
     info.set_defaults(handler=_info)
+
+
+def _add_server_security(serve: argparse.ArgumentParser) -> None:
+    group = serve.add_argument_group(
+        "clients",
+        "A --host that is not loopback needs TLS and client tokens (or --insecure). "
+        "Tokens are read from a file or an environment variable, never from the command line.",
+    )
+    group.add_argument("--tls-cert", metavar="PEM", help="the server's certificate chain")
+    group.add_argument("--tls-key", metavar="PEM", help="the server's private key")
+    group.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="mutual TLS: every client must show a certificate signed by this CA",
+    )
+    group.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="client tokens, one a line: TOKEN or NAME TOKEN (NAME is the client in the audit log)",
+    )
+    group.add_argument(
+        "--token-env", metavar="VAR", help="an environment variable holding the client token"
+    )
+    group.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a non-loopback address without TLS or tokens (a loud warning)",
+    )
+    group.add_argument(
+        "--max-in-flight-per-client",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a client's requests being graded or queued at once (0: no limit; "
+        "then RESOURCE_EXHAUSTED)",
+    )
+    group.add_argument(
+        "--max-source-bytes",
+        type=int,
+        metavar="N",
+        help="problem and candidate together, per request (default 4 MiB; then INVALID_ARGUMENT)",
+    )
+    group.add_argument(
+        "--audit-log", metavar="PATH", help="append one JSON line per finished request"
+    )
+
+
+def _add_client_security(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "server access",
+        "TLS and the client token of a server beyond loopback (the token: --token-file, "
+        "else $DRTRITON_SANDBOX_TOKEN)",
+    )
+    group.add_argument("--tls", action="store_true", help="TLS, trusting the system's roots")
+    group.add_argument("--tls-ca", metavar="PEM", help="TLS, trusting this CA")
+    group.add_argument("--tls-cert", metavar="PEM", help="mutual TLS: this client's certificate")
+    group.add_argument("--tls-key", metavar="PEM", help="mutual TLS: this client's private key")
+    group.add_argument(
+        "--tls-server-name", metavar="NAME", help="the name the server's certificate carries"
+    )
+    group.add_argument("--token-file", metavar="PATH", help="a file holding the client token")
 
 
 def _fail(message: str) -> int:
@@ -200,8 +264,20 @@ def _verify_remote(
 ) -> VerifyResult:
     from sandbox.client import SandboxClient
 
-    with SandboxClient(args.server, timeout_s=args.timeout, max_retries=args.retries) as client:
+    with SandboxClient(
+        args.server, timeout_s=args.timeout, max_retries=args.retries, **_client_access(args)
+    ) as client:
         return client.verify(problem, candidate, **options)
+
+
+def _client_access(args: argparse.Namespace) -> dict[str, Any]:
+    """`tls` and `token_file` for a SandboxClient from the server-access flags."""
+    from sandbox.auth import ClientTls
+
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:
+        tls = ClientTls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+    return {"tls": tls, "token_file": args.token_file}
 
 
 def _verify_local(
@@ -230,6 +306,7 @@ def _print_report(result: VerifyResult) -> None:
     """A short human-readable account of one verdict."""
     from rich.console import Console
 
+    result = result.for_terminal()  # the candidate's text, its terminal escapes shown inert
     console = Console(highlight=False, soft_wrap=True)
     style = "green" if result.correct else ("yellow" if result.infrastructure_failure else "red")
     console.print(f"verdict: [bold {style}]{result.verdict.upper()}[/]")
@@ -291,7 +368,7 @@ def _print_report(result: VerifyResult) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sandbox.config import SandboxConfig
+    from sandbox.config import DEFAULT_MAX_REQUEST_SOURCE_BYTES, SandboxConfig, ServerConfig
     from sandbox.server import run_server
 
     overrides: dict[str, Any] = {
@@ -321,7 +398,28 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail("--gpus needs a GPU sandbox, not --device cpu")
     if not 0 <= args.port <= 65535:
         return _fail("--port must be between 0 and 65535")
-    return run_server(SandboxConfig(**overrides), args.host, args.port, log_level=args.log_level)
+    if args.max_in_flight_per_client < 0:
+        return _fail("--max-in-flight-per-client must be at least 0")
+    if args.max_source_bytes is not None and args.max_source_bytes < 1:
+        return _fail("--max-source-bytes must be at least 1")
+    server_config = ServerConfig(
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        token_file=args.token_file,
+        token_env=args.token_env,
+        insecure=args.insecure,
+        max_in_flight_per_client=args.max_in_flight_per_client,
+        max_source_bytes=args.max_source_bytes or DEFAULT_MAX_REQUEST_SOURCE_BYTES,
+        audit_log=args.audit_log,
+    )
+    return run_server(
+        SandboxConfig(**overrides),
+        args.host,
+        args.port,
+        server_config=server_config,
+        log_level=args.log_level,
+    )
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -330,7 +428,9 @@ def _info(args: argparse.Namespace) -> int:
     from sandbox.client import SandboxClient
 
     try:
-        with SandboxClient(args.server, timeout_s=args.timeout, max_retries=1) as client:
+        with SandboxClient(
+            args.server, timeout_s=args.timeout, max_retries=1, **_client_access(args)
+        ) as client:
             info = client.info(timeout_s=args.timeout)
     except Exception as err:  # noqa: BLE001 - one line, never a traceback
         return _fail(f"cannot reach {args.server}: {_describe(err)}")

@@ -12,6 +12,10 @@ Neither imports torch or triton, so a learner host can use them as is.
 - Retries, with exponential backoff and jitter, only on UNAVAILABLE (server down or
   draining) and RESOURCE_EXHAUSTED (queue full): nothing else can succeed by trying
   again.
+- TLS (`tls=ClientTls(...)`, mutual TLS with a client certificate) and a client token
+  (`token=`, `token_file=`, or $DRTRITON_SANDBOX_TOKEN) for servers beyond loopback.
+- Both clients share one core (`_Core`: target, credentials, deadline, retry policy,
+  error mapping); they differ only in how they wait.
 - A bad kernel is a `VerifyResult`, never an exception. When the sandbox cannot judge a
   job, `verify` raises a `SandboxInfrastructureError` subclass, and `verify_many`
   answers that item with verdict `sandbox_error` (the status and reason in `message`),
@@ -40,6 +44,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
 from protos.drtriton.sandbox.v1 import sandbox_pb2_grpc
+from sandbox.auth import ClientTls, client_token, is_loopback, token_metadata
 from sandbox.errors import InvalidRequestError, SandboxInfrastructureError
 from sandbox.result import VerifyResult
 
@@ -150,6 +155,20 @@ def channel_target(targets: str | Sequence[str]) -> str:
     raise ValueError("cannot mix IPv4 and IPv6 sandbox addresses in one fleet")
 
 
+def _loopback_target(target: str) -> bool:
+    """Whether every address of a channel target is on this host."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    if target.startswith(("ipv4:", "ipv6:")):
+        addresses = target.split(":", 1)[1].split(",")
+    else:
+        addresses = [target.removeprefix("dns:").lstrip("/")]
+    try:
+        return all(is_loopback(_split_host_port(address)[0]) for address in addresses)
+    except ValueError:
+        return False
+
+
 def service_config() -> str:
     """round_robin over the fleet, skipping servers whose health is not SERVING."""
     return json.dumps(
@@ -250,8 +269,9 @@ def backoff_delay(attempt: int, base_s: float, max_s: float) -> float:
     return delay / 2 + random.uniform(0, delay / 2)
 
 
-class _Settings:
-    """What both clients share: targets, deadlines, retry policy."""
+class _Core:
+    """Everything both clients share: the channel's target, credentials and options, the
+    token, deadlines and the retry policy. The clients only add their way of waiting."""
 
     def __init__(
         self,
@@ -261,6 +281,9 @@ class _Settings:
         backoff_base_s: float,
         backoff_max_s: float,
         on_retry: RetryHook | None,
+        tls: ClientTls | bool | None,
+        token: str | None,
+        token_file: str | os.PathLike[str] | None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
@@ -272,6 +295,23 @@ class _Settings:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.on_retry = on_retry
+        self.tls = ClientTls() if tls is True else (tls or None)
+        self.credentials = self.tls.credentials() if self.tls is not None else None
+        self.options = channel_options() + (self.tls.channel_options() if self.tls else [])
+        self.metadata = token_metadata(client_token(token, token_file))
+        if self.metadata and self.credentials is None and not _loopback_target(self.target):
+            log.warning(
+                "sending a client token to %s without TLS: it crosses in clear", self.target
+            )
+
+    def channel(self, kind: Any) -> Any:
+        """A channel of `kind` (the `grpc` or `grpc.aio` module) to the fleet."""
+        if self.credentials is None:
+            return kind.insecure_channel(self.target, options=self.options)
+        return kind.secure_channel(self.target, self.credentials, options=self.options)
+
+    def attempts(self, timeout_s: float | None) -> _Attempts:
+        return _Attempts(self, time.monotonic() + (timeout_s or self.timeout_s))
 
     def next_delay(self, attempt: int, code: grpc.StatusCode, deadline: float) -> float | None:
         """Seconds to wait before another try, or None when the call should give up."""
@@ -286,11 +326,52 @@ class _Settings:
         return delay
 
 
+class _Attempts:
+    """The tries of one call: the time left for the next, and what a failed one means."""
+
+    def __init__(self, core: _Core, deadline: float) -> None:
+        self._core = core
+        self.deadline = deadline
+        self.count = 0
+
+    def remaining(self) -> float:
+        """Seconds left for the next try; SandboxTimeoutError when none are."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxTimeoutError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time", self.count or 1
+            )
+        return left
+
+    def failed(self, err: grpc.RpcError) -> float:
+        """The delay before another try; raises the error's SandboxRpcError when none is due."""
+        code, details = err.code(), err.details() or ""
+        delay = self._core.next_delay(self.count, code, self.deadline)
+        self.count += 1
+        if delay is None:
+            raise rpc_error(code, details, self.count) from None
+        return delay
+
+    def closed(self) -> SandboxUnavailableError:
+        return SandboxUnavailableError(grpc.StatusCode.UNAVAILABLE, "client closed", self.count)
+
+
+# What `verify_many` turns into a `sandbox_error` item rather than raising.
+_UNJUDGED = (SandboxInfrastructureError, ValueError, TypeError, OSError)
+_HEALTH_REQUEST = health_pb2.HealthCheckRequest(service=SERVICE_NAME)
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
 # -- blocking client -------------------------------------------------------------------
 
 
 class SandboxClient:
-    """Blocking client of one sandbox server or a fleet of them (thread-safe)."""
+    """Blocking client of one sandbox server or a fleet of them (thread-safe).
+
+    `tls`: a `ClientTls` (CA, client certificate for mutual TLS) or True for the system's
+    roots; None is plaintext. `token` (or the first token in `token_file`, else
+    $DRTRITON_SANDBOX_TOKEN) goes with every call as `authorization: Bearer TOKEN`.
+    """
 
     def __init__(
         self,
@@ -301,35 +382,36 @@ class SandboxClient:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 10.0,
         on_retry: RetryHook | None = None,
+        tls: ClientTls | bool | None = None,
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        self._settings = _Settings(
-            targets, timeout_s, max_retries, backoff_base_s, backoff_max_s, on_retry
+        self._core = _Core(
+            targets,
+            timeout_s,
+            max_retries,
+            backoff_base_s,
+            backoff_max_s,
+            on_retry,
+            tls,
+            token,
+            token_file,
         )
-        self.target = self._settings.target
-        self._channel = grpc.insecure_channel(self.target, options=channel_options())
+        self.target = self._core.target
+        self._channel = self._core.channel(grpc)
         self._stub = sandbox_pb2_grpc.SandboxStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
         self._closed = threading.Event()
 
     def _call(self, method: Callable[..., Any], request: Any, timeout_s: float | None) -> Any:
-        deadline = time.monotonic() + (timeout_s or self._settings.timeout_s)
-        attempt = 0
+        attempts = self._core.attempts(timeout_s)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SandboxTimeoutError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time", attempt or 1
-                )
             try:
-                return method(request, timeout=remaining)
+                return method(request, timeout=attempts.remaining(), metadata=self._core.metadata)
             except grpc.RpcError as err:
-                code, details = err.code(), err.details() or ""
-                delay = self._settings.next_delay(attempt, code, deadline)
-                attempt += 1
-                if delay is None:
-                    raise rpc_error(code, details, attempt) from None
-                if self._closed.wait(delay):
-                    raise SandboxUnavailableError(code, "client closed", attempt) from None
+                delay = attempts.failed(err)
+            if self._closed.wait(delay):
+                raise attempts.closed()
 
     def verify(
         self,
@@ -384,7 +466,7 @@ class SandboxClient:
             request_id = kwargs.get("request_id") or uuid.uuid4().hex
             try:
                 return self.verify(**{**kwargs, "request_id": request_id})
-            except (SandboxInfrastructureError, ValueError, TypeError, OSError) as err:
+            except _UNJUDGED as err:
                 return infrastructure_result(err, request_id)
 
         with (
@@ -405,11 +487,11 @@ class SandboxClient:
         """True when a server of the fleet answers SERVING for the Sandbox service."""
         try:
             response = self._health.Check(
-                health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout_s
+                _HEALTH_REQUEST, timeout=timeout_s, metadata=self._core.metadata
             )
         except grpc.RpcError:
             return False
-        return response.status == health_pb2.HealthCheckResponse.SERVING
+        return response.status == _SERVING
 
     def close(self) -> None:
         self._closed.set()
@@ -426,7 +508,7 @@ class SandboxClient:
 
 
 class AsyncSandboxClient:
-    """asyncio client with the same behaviour; the channel is opened on first use."""
+    """asyncio client with the same behaviour and arguments; the channel opens on first use."""
 
     def __init__(
         self,
@@ -437,37 +519,40 @@ class AsyncSandboxClient:
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 10.0,
         on_retry: RetryHook | None = None,
+        tls: ClientTls | bool | None = None,
+        token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
     ) -> None:
-        self._settings = _Settings(
-            targets, timeout_s, max_retries, backoff_base_s, backoff_max_s, on_retry
+        self._core = _Core(
+            targets,
+            timeout_s,
+            max_retries,
+            backoff_base_s,
+            backoff_max_s,
+            on_retry,
+            tls,
+            token,
+            token_file,
         )
-        self.target = self._settings.target
+        self.target = self._core.target
         self._channel: grpc.aio.Channel | None = None
 
     def _open(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=channel_options())
+            self._channel = self._core.channel(grpc.aio)
         return self._channel
 
     async def _call(self, method_name: str, request: Any, timeout_s: float | None) -> Any:
         method = getattr(sandbox_pb2_grpc.SandboxStub(self._open()), method_name)
-        deadline = time.monotonic() + (timeout_s or self._settings.timeout_s)
-        attempt = 0
+        attempts = self._core.attempts(timeout_s)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SandboxTimeoutError(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, "no answer in time", attempt or 1
-                )
             try:
-                return await method(request, timeout=remaining)
+                return await method(
+                    request, timeout=attempts.remaining(), metadata=self._core.metadata
+                )
             except grpc.aio.AioRpcError as err:
-                code, details = err.code(), err.details() or ""
-                delay = self._settings.next_delay(attempt, code, deadline)
-                attempt += 1
-                if delay is None:
-                    raise rpc_error(code, details, attempt) from None
-                await asyncio.sleep(delay)
+                delay = attempts.failed(err)
+            await asyncio.sleep(delay)
 
     async def verify(
         self,
@@ -519,7 +604,7 @@ class AsyncSandboxClient:
                 async with gate:
                     try:
                         return await self.verify(**{**kwargs, "request_id": request_id})
-                    except (SandboxInfrastructureError, ValueError, TypeError, OSError) as err:
+                    except _UNJUDGED as err:
                         return infrastructure_result(err, request_id)
                     finally:
                         bar.advance()
@@ -533,11 +618,11 @@ class AsyncSandboxClient:
         stub = health_pb2_grpc.HealthStub(self._open())
         try:
             response = await stub.Check(
-                health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=timeout_s
+                _HEALTH_REQUEST, timeout=timeout_s, metadata=self._core.metadata
             )
         except grpc.aio.AioRpcError:
             return False
-        return response.status == health_pb2.HealthCheckResponse.SERVING
+        return response.status == _SERVING
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -54,6 +54,8 @@ class SandboxConfig:
     speedup_sanity_bound: float = 20.0
     job_root: str = field(default_factory=default_job_root)
     gpus: tuple[int, ...] = ()
+    # Tests of the layers behind the static gate switch it off; no request can.
+    static_gate: bool = True
 
 
 def resolve_device(device: str) -> str:
@@ -65,3 +67,30 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# Problem and candidate together, per request: twice the largest single source a grader takes.
+DEFAULT_MAX_REQUEST_SOURCE_BYTES = 4 * 2**20
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How a server meets its clients (the sandbox behind it is a `SandboxConfig`).
+
+    Paths, not contents: `sandbox.auth` reads them at start, so a missing or malformed file
+    refuses to serve. A non-loopback `host` needs `tls_cert`/`tls_key` and a token source
+    (`token_file` or `token_env`) unless `insecure`. `tls_client_ca` asks every client for a
+    certificate signed by it (mutual TLS). `max_in_flight_per_client` (0: no limit) counts a
+    client's jobs being graded or queued at once; `max_source_bytes` bounds problem and
+    candidate together; `audit_log` (a JSONL file) records every finished request.
+    """
+
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    token_file: str | None = None
+    token_env: str | None = None
+    insecure: bool = False
+    max_in_flight_per_client: int = 0
+    max_source_bytes: int = DEFAULT_MAX_REQUEST_SOURCE_BYTES
+    audit_log: str | None = None

@@ -1,221 +1,397 @@
-"""Instruments a candidate process: counts Triton launches, poisons PyTorch compute.
+"""Instruments of a candidate process: every call whose output counts runs under one guard.
 
-Runs inside the untrusted candidate process, installed *before* the candidate is
-imported, so references the candidate captures at import time are already ours.
-Everything here can in principle be undone by hostile code in the same process;
-the grader therefore never trusts it alone (outputs and inputs are compared in the
-grader's process, and `intact()` reports tampering with the instruments).
+Installed by the harness before the candidate's module is loaded. What they enforce, the
+same way on every call (the compile pass, each trial, the no-launch call among them, the
+timed loops), so that no call can be told apart from another by looking at them:
 
-- Launch counting: wraps `JITFunction.run` (and the interpreter's equivalent).
-  In "noop" mode launches do nothing, so an answer that survives is not Triton's
-  (and fresh `torch.empty` memory reads NaN, not a previous call's output).
-  In "compile" mode a launch compiles and loads its kernel but runs nothing (an
-  autotuned kernel compiles every config it would try, and tunes nothing): the
-  grader runs the candidate so once on a GPU, before its trials, so that compiling
-  (seconds of CPU) happens while the job holds no share of the GPU. Under the CPU
-  interpreter, which cannot benchmark, an autotuned kernel runs its first config.
-  A real launch runs with the dispatch guard suspended (the CPU interpreter moves
-  tensors with ATen ops of its own).
-- Fallback poisoning: a `TorchDispatchMode` sees every ATen op however it was
-  reached (`torch.*`, `F.*`, Tensor methods and operators, `torch.ops.aten`, names
-  built with `getattr`). Compute ops run, then their results are filled with NaN;
-  allocation, views and metadata stay untouched.
-- Escapes: while the candidate runs, converting tensors to NumPy or Python values,
-  starting threads (dispatch modes are per thread), `torch.compile` (it writes the
-  kernels, not the candidate) and suspending dispatch modes all raise.
+- PyTorch compute is refused: one `TorchDispatchMode`, the same object on every call,
+  sees every ATen op however it was reached (inside a launch too: a kernel body the CPU
+  interpreter runs as Python) and lets through only allocation, constant fills, noise,
+  views and metadata (`sandbox.guard_ops`). A refused op never sees the real values: it
+  runs on NaN stand-ins, and the refusal is recorded and becomes the call's verdict.
+  Reading tensor values on the host (`.item()`, `bool(t)`, `.tolist()`, storages, NumPy,
+  DLPack, pickling, printing, the grader's exchange files, /proc/self/mem) is refused or
+  answered from stand-ins, so host code cannot see what any kernel wrote: not its
+  answer, and not whether a probe kernel's store landed.
+- Triton launches are counted and, in the call the grader picks as the no-launch one,
+  skipped. That call looks like any trial: same command, same inputs handling, same mode
+  stack; a skipped launch returns what a real one returns; the memory it would have
+  written is fresh (NaN) and unreadable. Only the clock tells it apart (a known limit:
+  the static gate refuses clocks and timing helpers).
+- Escape hatches raise while candidate code runs: threads (dispatch modes are per
+  thread), raw memory through ctypes, `torch.frombuffer`/`from_file`, switching dispatch
+  modes or dispatch keys off, `torch.library` registrations, `torch.compile`, changing the
+  GPU memory cap. An audit hook (which cannot be removed) refuses, whatever the thread:
+  child processes, sockets, signals to other processes, new audit hooks, profile and
+  trace functions, walking the garbage collector, patching the instruments' classes.
+  Refusals are recorded even when the candidate catches the exception.
+- After every call, before the harness touches what it returned, the instruments check
+  that nothing was left behind (`sandbox.guard_integrity`): the guard alone on the
+  dispatch stack, the dispatch keys as they were, no new threads, no hooks, no rebound
+  builtins or instruments. Anything else is `tampering`.
+
+State lives in closures made by `install`, not in module attributes a candidate could
+flip; the harness reaches it only through the `Instruments` it was handed. All of this
+runs inside the candidate's own process, so it is defence in depth: the static gate keeps
+the candidate from reaching these objects at all (dunders, `getattr`, frames, private
+names), and no figure reported from here decides a verdict in the candidate's favour.
+A count or a clean report can only ever reject; acceptance rests on what the grader
+sees itself (outputs in its own buffers, the no-launch call's answer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.utils._python_dispatch as python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# ATen ops that only allocate, fill with a constant, or describe memory. Any other
-# non-view op computes, and is poisoned in the fallback check.
-ALLOWED_OPS = frozenset(
-    {
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "new_empty",
-        "new_empty_strided",
-        "zeros",
-        "zeros_like",
-        "new_zeros",
-        "ones",
-        "ones_like",
-        "new_ones",
-        "full",
-        "full_like",
-        "new_full",
-        "zero_",
-        "fill_",
-        "arange",
-        "lift_fresh",
-        "detach",
-        "resize_",
-        "set_",
-        "is_same_size",
-        "_has_compatible_shallow_copy_type",
-        "is_contiguous",
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "sym_storage_offset",
-        "record_stream",
-    }
+from sandbox import guard_integrity, guard_ops
+from sandbox.guard_hatches import (
+    FORBIDDEN,
+    TAMPER,
+    add_audit_hook,
+    protected_names,
+    wrap_dispatch_below,
+    wrap_escape_hatches,
 )
+
+PLANS = ("normal", "noop", "compile")
 
 
 class ForbiddenOperation(RuntimeError):
-    """The candidate moved data or work out of Triton (NumPy, threads, torch.compile)."""
+    """The candidate moved data or work out of Triton (PyTorch compute, NumPy, threads)."""
 
 
 class TamperingDetected(RuntimeError):
-    """The candidate interfered with the instruments (suspended the dispatch guard)."""
+    """The candidate interfered with the instruments or reached outside its process."""
 
 
-class _State(threading.local):
+_ERRORS = {FORBIDDEN: ForbiddenOperation, TAMPER: TamperingDetected}
+
+
+@dataclass(frozen=True)
+class CallReport:
+    """What one guarded stretch of candidate code did (read by the harness only)."""
+
+    launches: int  # launches attempted (compiled, skipped or run)
+    refusal: tuple[str, str, bool] | None  # (FORBIDDEN or TAMPER, what, ran on), the first
+    tampered: str | None  # what the call left changed
+    error: tuple[str, str] | None  # (kind from the harness's classifier, text) when it raised
+
+    def failure(self) -> tuple[str, str] | None:
+        """(verdict, message) when the call must be rejected, else None."""
+        if self.tampered:
+            return TAMPER, f"the candidate {self.tampered}"
+        if self.refusal is not None:
+            kind, what, ran_on = self.refusal
+            if kind == FORBIDDEN and ran_on and self.error is None and self.launches == 0:
+                # PyTorch refused, and the call ran to its end without one launch.
+                return "no_triton_kernel", f"{what}, and no Triton kernel was launched"
+            return kind, what
+        return self.error
+
+
+class _State:
+    """One process's instruments state; only closures made by `install` hold it."""
+
+    __slots__ = ("armed", "plan", "launches", "in_launch", "refusal")
+
     def __init__(self) -> None:
-        self.candidate_running = False
-
-
-_state = _State()
-launches = 0
-launch_mode = "normal"  # "normal", "noop" or "compile"
-# Captured before any candidate code runs: our way to step outside the guard.
-_stack_len = torch._C._len_torch_dispatch_stack
-_stack_pop = torch._C._pop_torch_dispatch_stack
-_stack_push = torch._C._push_on_torch_dispatch_stack
-
-
-@contextlib.contextmanager
-def _suspend_modes() -> Any:
-    """Run with every dispatch mode of this thread set aside (a real Triton launch)."""
-    modes = [_stack_pop(None) for _ in range(_stack_len())]
-    try:
-        yield
-    finally:
-        for mode in reversed(modes):
-            _stack_push(mode)
-
-
-def is_compute_op(func: torch._ops.OpOverload) -> bool:
-    name = func.overloadpacket.__name__
-    return not (func.is_view or name in ALLOWED_OPS or name.startswith("_to_dense"))
-
-
-# NaN written as the bits of a same-size integer. CUDA loads a kernel on its first launch,
-# and a candidate process loads the int32 fill when it starts (`timing.bind_clock` zeroes
-# its int32 L2-flush buffer): a float32 NaN fill of its own cost the no-op check 46 ms at 8
-# busy workers on an H200 and 147 ms at 16 (4 ms for the poison check), inside the job's
-# share of the GPU. Loading every fill kernel at start moved that cost, not removed it (jobs
-# then waited for their next process to start).
-_NAN_BITS = {
-    torch.float32: (torch.int32, 0x7FC00000),
-    torch.float16: (torch.int16, 0x7E00),
-    torch.bfloat16: (torch.int16, 0x7FC0),
-    torch.float64: (torch.int64, 0x7FF8000000000000),
-}
-
-
-def _poison(value: Any) -> Any:
-    # Called from __torch_dispatch__, where the mode is already set aside.
-    if isinstance(value, torch.Tensor):
-        if value.dtype in _NAN_BITS and value.layout == torch.strided:
-            as_int, bits = _NAN_BITS[value.dtype]
-            value.view(as_int).fill_(bits)
-        elif value.is_floating_point() or value.is_complex():
-            value.fill_(float("nan"))
-        elif value.dtype == torch.bool:
-            value.fill_(True)
-        else:  # a value far from small counts and indices, within the dtype's range
-            info = torch.iinfo(value.dtype)
-            value.fill_(max(info.min, -123456789) if info.min < 0 else min(info.max, 201))
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _poison(item)
-    return value
-
-
-# ATen ops whose results hold whatever their memory held before. In the no-op check they
-# are filled with NaN: PyTorch's caching allocator hands a call the block that the previous
-# call's output freed, so with every launch skipped that output would still be in place, and
-# for a problem whose answer barely depends on its inputs (a saturated activation) it passes.
-UNINITIALISED_OPS = frozenset(
-    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
-)
-
-
-class PoisonMode(TorchDispatchMode):
-    """Runs every ATen op; when armed, fills with NaN the results of compute ops (the fallback
-    check) or, with `blanks`, those of the allocations that leave memory as it was (the no-op
-    check)."""
-
-    def __init__(self, blanks: bool = False) -> None:
-        super().__init__()
         self.armed = False
-        self.blanks = blanks
-        self.compute_ops: set[str] = set()
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # True would wrap __torch_dispatch__ in a Dynamo guard whose first call imports
-        # torch._dynamo: over a second of CPU per candidate. torch.compile is blocked
-        # while the candidate runs, so there is nothing for the guard to skip.
-        return False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        result = func(*args, **(kwargs or {}))
-        if self.blanks:
-            blank = self.armed and func.overloadpacket.__name__ in UNINITIALISED_OPS
-            return _poison(result) if blank else result
-        if not is_compute_op(func):
-            return result
-        self.compute_ops.add(str(func.overloadpacket.__name__))
-        return _poison(result) if self.armed else result
+        self.plan = "normal"
+        self.launches = 0
+        self.in_launch = 0
+        self.refusal: tuple[str, str, bool] | None = None
 
 
-_LAUNCHER_CLASSES: list[type] = []
+class Instruments:
+    """The harness's handle on the instruments (made by `install`)."""
+
+    def __init__(self, **methods: Callable[..., Any]) -> None:
+        self._methods = methods
+
+    def loading(self, classify: Callable[[BaseException], str]) -> Any:
+        """Context for importing the candidate and building its model: escape hatches
+        shut, PyTorch allowed (parameter set-up). Yields a `Stretch` with the report."""
+        return self._methods["stretch"](None, classify, False)
+
+    def call(self, plan: str, classify: Callable[[BaseException], str], steps: bool = False) -> Any:
+        """Context for one call (or, with `steps`, a loop of calls run through
+        `Stretch.armed`): the guard's mode on, launches as `plan` says."""
+        if plan not in PLANS:
+            raise ValueError(f"unknown plan {plan!r}")
+        return self._methods["stretch"](plan, classify, steps)
+
+
+class Stretch:
+    """A guarded stretch of candidate code; `report` is set when it ends. An exception
+    the candidate raised is swallowed into the report (formatted while still guarded).
+    `hold` names what the stretch handed the candidate and got back (its tensors are
+    checked for finalisers before the harness lets them go)."""
+
+    def __init__(self, enter: Callable[[], None], leave: Callable[..., CallReport], steps: bool):
+        self._enter, self._leave = enter, leave
+        self.values: list[Any] = []
+        self.report: CallReport | None = None
+        self.armed: Callable[[Callable[[], Any]], Callable[[], Any]] = lambda fn: fn
+        self.steps = steps
+
+    def hold(self, *values: Any) -> None:
+        for value in values:
+            if type(value) in (list, tuple):
+                self.values.extend(value)
+            else:
+                self.values.append(value)
+
+    def __enter__(self) -> Stretch:
+        self._enter()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self.report = self._leave(exc, self.values)
+        return True
+
+
+# Objects of the candidate's the harness must never let go of (their finalisers would run
+# unguarded): the exceptions it raised. The process ends with the job, by SIGKILL.
+_KEPT: list[Any] = []
+
+
+def install(device: str = "cpu") -> Instruments:
+    """Wrap Triton's launchers and the escape hatches, add the audit hook (once per
+    process; later calls return the same instruments)."""
+    existing = _INSTALLED.get("instruments")
+    if existing is not None:
+        return existing
+    instruments = _build(device)
+    _INSTALLED["instruments"] = instruments
+    return instruments
+
+
+_INSTALLED: dict[str, Instruments] = {}
+
+
+def _build(device: str) -> Instruments:
+    state = _State()
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    format_exception, clear_frames = traceback.format_exception, traceback.clear_frames
+    keep = _KEPT.append
+    gc_enable, gc_disable = _gc_switches()
+
+    def refuse(kind: str, what: str, raising: bool = True) -> None:
+        if state.refusal is None:
+            state.refusal = (kind, what, not raising)
+        if raising:
+            raise _ERRORS[kind](what)
+
+    mode = _make_mode(state, refuse)
+    # Bound before the hatches are wrapped: the guard steps on and off the stack with
+    # these alone (`TorchDispatchMode.__enter__/__exit__` keep Python state a candidate
+    # can corrupt).
+    push, pop = torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
+    stack_len, stack_at = torch._C._len_torch_dispatch_stack, torch._C._get_dispatch_stack_at
+    launcher_classes = _wrap_launchers(state, refuse, interpreted)
+    wrapped = wrap_escape_hatches(state, refuse)
+    wrap_dispatch_below(state, refuse)
+    add_audit_hook(state, refuse, protected_names(launcher_classes, wrapped), os.getcwd())
+    baseline = guard_integrity.Baseline([(cls.__name__, cls) for cls in launcher_classes])
+    key_sets = [guard_integrity.key_sets()]
+
+    def wrappers_in_place() -> str | None:
+        for owner, name, wrapper in wrapped:
+            if vars(owner).get(name) is not wrapper:
+                return f"replaced {getattr(owner, '__name__', owner)}.{name}"
+        return None
+
+    def enter(plan: str | None, steps: bool) -> None:
+        state.plan = plan or "normal"
+        state.launches = 0
+        state.refusal = None
+        if plan is not None:
+            push(mode)
+        key_sets[0] = guard_integrity.key_sets()
+        baseline.mark_threads()
+        gc_enable()
+        state.armed = not steps
+
+    def check(plan: str | None, values: list[Any]) -> str | None:
+        found = baseline.rebound() or wrappers_in_place() or baseline.hooks()
+        found = found or baseline.new_threads() or guard_integrity.loose_ends(values)
+        found = found or guard_integrity.dispatch_state(mode if plan else None, *key_sets[0])
+        if found is None and state.in_launch:
+            found = "left a launch unfinished"
+        return found
+
+    def leave(
+        plan: str | None,
+        classify: Callable[[BaseException], str],
+        exc: BaseException | None,
+        values: list[Any],
+    ) -> CallReport:
+        state.armed = True  # finalisers and hooks that run from here on run guarded
+        error = None
+        if exc is not None:
+            keep(exc)
+            try:
+                error = (
+                    classify(exc),
+                    "".join(format_exception(type(exc), exc, exc.__traceback__)),
+                )
+            except BaseException:  # noqa: BLE001 - the candidate's __str__ may raise
+                error = (
+                    "runtime_error",
+                    "the candidate raised an exception that cannot be printed",
+                )
+            clear_frames(exc.__traceback__)  # its frames' locals die now, guarded
+            del exc
+        tampered = check(plan, values)
+        report = CallReport(state.launches, state.refusal, tampered, error)
+        state.armed = False
+        gc_disable()  # nothing of the candidate's is collected while the harness works
+        if plan is not None and stack_len() and stack_at(stack_len() - 1) is mode:
+            pop(None)  # the guard's mode (whatever else the call left is reported)
+        state.plan = "normal"
+        return report
+
+    def stretch(plan: str | None, classify: Callable[[BaseException], str], steps: bool) -> Any:
+        made = Stretch(
+            lambda: enter(plan, steps),
+            lambda exc, values: leave(plan, classify, exc, values),
+            steps,
+        )
+        if steps:
+            made.armed = lambda fn: _armed(state, fn)
+        return made
+
+    return Instruments(stretch=stretch)
+
+
+def _armed(state: _State, fn: Callable[[], Any]) -> Callable[[], Any]:
+    def step() -> Any:
+        state.armed = True
+        try:
+            return fn()
+        finally:
+            state.armed = False
+
+    return step
+
+
+def _gc_switches() -> tuple[Callable[[], None], Callable[[], None]]:
+    import gc
+
+    return gc.enable, gc.disable
+
+
+# -- the dispatch mode -------------------------------------------------------------------
+
+
+def _make_mode(state: _State, refuse: Callable[..., None]) -> TorchDispatchMode:
+    """The one mode every call runs under (its class made here, its state in closures)."""
+    category, refused_result = guard_ops.category, guard_ops.refused_result
+    poison, same_bytes = guard_ops.poison, guard_ops.same_bytes
+    allow, blank, copy = guard_ops.ALLOW, guard_ops.BLANK, guard_ops.COPY
+    views: set[Any] = set()  # ops seen to be views: allowed whatever their arguments
+
+    class Guard(TorchDispatchMode):
+        # The harness pushes and pops this mode with torch._C's own functions; entering or
+        # leaving it any other way is the candidate's doing.
+        def __enter__(self) -> Any:
+            refuse(TAMPER, "entered or left the sandbox's dispatch mode")
+
+        def __exit__(self, *exc: object) -> None:
+            refuse(TAMPER, "entered or left the sandbox's dispatch mode")
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # True would wrap __torch_dispatch__ in a Dynamo guard whose first call imports
+            # torch._dynamo: over a second of CPU per candidate (torch.compile is refused).
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+            if func in views:  # the common case first: no argument looked at
+                return func(*args, **(kwargs or {}))
+            kwargs = kwargs or {}
+            kind = category(func, args, kwargs)
+            if kind == allow:
+                if func.is_view:
+                    views.add(func)
+                return func(*args, **kwargs)
+            if kind == blank:
+                result = func(*args, **kwargs)
+                return poison(result) if state.plan == "noop" else result
+            if kind == copy and state.in_launch and same_bytes(args):
+                return func(*args, **kwargs)  # the interpreter moving a kernel's arguments
+            what = f"PyTorch computed aten.{func.overloadpacket.__name__} outside a Triton kernel"
+            refuse(FORBIDDEN, what, raising=False)
+            try:
+                return refused_result(func, args, kwargs)
+            except guard_ops.ValueRead:
+                raise ForbiddenOperation(what) from None
+
+    return Guard()
+
+
+# -- Triton's launchers --------------------------------------------------------------------
+
+
+def _wrap_launchers(state: _State, refuse: Callable[..., None], interpreted: bool) -> list[type]:
+    """Count launches; skip them in the no-launch call; compile only in the compile pass."""
+    from triton.runtime import jit
+
+    classes: list[type] = [jit.JITFunction]
+    with contextlib.suppress(ImportError):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    for cls in classes:
+        cls.run = _launcher(vars(cls)["run"], classes, state, refuse)
+    with contextlib.suppress(ImportError):
+        from triton.runtime.autotuner import Autotuner
+
+        Autotuner.run = _wrap_autotuner(vars(Autotuner)["run"], interpreted, state)
+        classes.append(Autotuner)
+    return classes
+
+
+def _launcher(
+    run: Callable[..., Any], classes: list[type], state: _State, refuse: Callable[..., None]
+) -> Callable[..., Any]:
+    def launch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("warmup"):
+            return run(self, *args, **kwargs)
+        if type(self) not in classes:
+            refuse(TAMPER, "called a Triton launcher on a foreign object")
+        state.launches += 1
+        state.in_launch += 1
+        try:
+            if state.plan == "compile":
+                _compile_only(run, self, args, kwargs)
+                return None
+            if state.plan == "noop":  # what a launch returns, with nothing run
+                return run(self, *args, **{**kwargs, "warmup": True})
+            return run(self, *args, **kwargs)
+        finally:
+            state.in_launch -= 1
+
+    return launch
 
 
 def _compile_only(run: Callable[..., Any], fn: Any, args: Any, kwargs: dict[str, Any]) -> None:
     """Compile and load the kernel a launch would run, without running it."""
     try:
-        with _suspend_modes():
-            kernel = run(fn, *args, **{**kwargs, "warmup": True})
-            load = getattr(kernel, "_init_handles", None)
-            if callable(load):
-                load()  # the module on the GPU, and the launcher
+        kernel = run(fn, *args, **{**kwargs, "warmup": True})
+        load = getattr(kernel, "_init_handles", None)
+        if callable(load):
+            load()  # the module on the GPU, and the launcher
     except Exception:  # noqa: BLE001 - the real launch that follows reports it
         pass
-
-
-def _wrap_launcher(run: Callable[..., Any]) -> Callable[..., Any]:
-    def counted_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        global launches
-        if kwargs.get("warmup"):
-            return run(self, *args, **kwargs)
-        if type(self) not in _LAUNCHER_CLASSES:
-            raise TamperingDetected("a Triton launcher was called on a foreign object")
-        if launch_mode == "compile":
-            _compile_only(run, self, args, kwargs)
-            return None
-        launches += 1
-        if launch_mode == "noop":
-            return None
-        with _suspend_modes():
-            return run(self, *args, **kwargs)
-
-    counted_run.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
-    return counted_run
 
 
 def _pruned_configs(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
@@ -237,11 +413,15 @@ def _untuned_run(tuner: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
 
 
-def _wrap_autotuner(run: Callable[..., Any], interpreted: bool) -> Callable[..., Any]:
+def _wrap_autotuner(
+    run: Callable[..., Any], interpreted: bool, state: _State | None = None
+) -> Callable[..., Any]:
+    """In the compile pass, compile every config the tuner would try and tune nothing;
+    under the interpreter (which cannot benchmark), run the first config."""
+
     def tuned_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if launch_mode != "compile":
+        if state is None or state.plan != "compile":
             return _untuned_run(self, args, kwargs) if interpreted else run(self, *args, **kwargs)
-        # Compile every config the tuner would try; benchmark nothing, cache nothing.
         try:
             configs = _pruned_configs(self, args, kwargs)
         except Exception:  # noqa: BLE001 - the real launch that follows reports it
@@ -251,134 +431,14 @@ def _wrap_autotuner(run: Callable[..., Any], interpreted: bool) -> Callable[...,
                 self.fn.run(*args, **kwargs, **config.all_kwargs())
         return None
 
-    tuned_run.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
     return tuned_run
 
 
-def _while_candidate(
-    original: Callable[..., Any], error: type[Exception], what: str
-) -> Callable[..., Any]:
-    """Wrap `original` so that it raises while the candidate runs."""
-
-    def blocked(*args: Any, **kwargs: Any) -> Any:
-        if _state.candidate_running:
-            raise error(what)
-        return original(*args, **kwargs)
-
-    blocked.__drtriton_wrapper__ = True  # type: ignore[attr-defined]
-    return blocked
-
-
-# (owner, attribute, exception, message): what the candidate may not call.
-def _blocked_calls() -> list[tuple[Any, str, type[Exception], str]]:
-    import _thread
-
-    escape = "moves data out of PyTorch/Triton; compute in a Triton kernel"
-    blocked: list[tuple[Any, str, type[Exception], str]] = [
-        (torch.Tensor, name, ForbiddenOperation, f"Tensor.{name}() {escape}")
-        for name in ("numpy", "__array__", "tolist", "item")
-    ]
-    blocked += [
-        (threading.Thread, "start", ForbiddenOperation, "threads are not allowed in a candidate"),
-        (_thread, "start_new_thread", ForbiddenOperation, "threads are not allowed in a candidate"),
-        (
-            torch,
-            "compile",
-            ForbiddenOperation,
-            "torch.compile writes the kernels: write them yourself",
-        ),
-    ]
-    memory = "the candidate changed its GPU memory cap"
-    for owner in (torch.cuda, torch.cuda.memory):
-        blocked.append((owner, "set_per_process_memory_fraction", TamperingDetected, memory))
-    if hasattr(torch._C, "_cuda_setMemoryFraction"):
-        blocked.append((torch._C, "_cuda_setMemoryFraction", TamperingDetected, memory))
-    tamper = "the candidate suspended the PyTorch dispatch guard"
-    for owner, name in (
-        (python_dispatch, "_disable_current_modes"),
-        (python_dispatch, "_pop_mode"),
-        (python_dispatch, "_pop_mode_temporarily"),
-        (torch._C, "_pop_torch_dispatch_stack"),
-        (torch._C, "_unset_dispatch_mode"),
-        (torch._C, "_DisableTorchDispatch"),
-    ):
-        if hasattr(owner, name):
-            blocked.append((owner, name, TamperingDetected, tamper))
-    return blocked
-
-
-_BLOCKED: list[tuple[Any, str]] = []
-
-
-def install() -> None:
-    """Wrap Triton's launchers and the escape hatches (idempotent)."""
-    from triton.runtime import jit
-
-    classes: list[type] = [jit.JITFunction]
-    with contextlib.suppress(ImportError):
-        from triton.runtime.interpreter import InterpretedFunction
-
-        classes.append(InterpretedFunction)
-    for cls in classes:
-        if not getattr(cls.run, "__drtriton_wrapper__", False):
-            cls.run = _wrap_launcher(cls.run)
-        if cls not in _LAUNCHER_CLASSES:
-            _LAUNCHER_CLASSES.append(cls)
-    with contextlib.suppress(ImportError):
-        from triton.runtime.autotuner import Autotuner
-
-        if not getattr(Autotuner.run, "__drtriton_wrapper__", False):
-            interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-            Autotuner.run = _wrap_autotuner(Autotuner.run, interpreted)
-    for owner, name, error, message in _blocked_calls():
-        original = getattr(owner, name)
-        if not getattr(original, "__drtriton_wrapper__", False):
-            setattr(owner, name, _while_candidate(original, error, message))
-        _BLOCKED.append((owner, name))
-
-
-def intact(mode: PoisonMode | None = None) -> str | None:
-    """Say what the candidate undid, or None when every instrument is in place."""
-    for cls in _LAUNCHER_CLASSES:
-        if not getattr(cls.run, "__drtriton_wrapper__", False):
-            return f"{cls.__name__}.run was replaced"
-    for owner, name in _BLOCKED:
-        if not getattr(getattr(owner, name), "__drtriton_wrapper__", False):
-            return f"{getattr(owner, '__name__', owner)}.{name} was replaced"
-    if mode is not None:
-        stack = python_dispatch._get_current_dispatch_mode_stack()
-        if not stack or stack[-1] is not mode:
-            return "the dispatch guard was removed"
-    return None
-
-
-class candidate_call:
-    """Context for one call of the candidate: sets the launch mode, arms poisoning."""
-
-    def __init__(self, mode: str) -> None:
-        if mode not in ("normal", "poison", "noop", "compile"):
-            raise ValueError(mode)
-        self.mode = mode
-        self.poison: PoisonMode | None = (
-            PoisonMode(blanks=mode == "noop") if mode in ("poison", "noop") else None
-        )
-
-    def __enter__(self) -> candidate_call:
-        global launches, launch_mode
-        launches = 0
-        launch_mode = self.mode if self.mode in ("noop", "compile") else "normal"
-        if self.poison is not None:
-            self.poison.armed = True
-            self.poison.__enter__()
-        _state.candidate_running = True
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        global launch_mode
-        _state.candidate_running = False
-        launch_mode = "normal"
-        if self.poison is not None:
-            self.poison.armed = False
-            # The candidate may have popped the mode itself; `intact` reports that.
-            with contextlib.suppress(Exception):
-                self.poison.__exit__(None, None, None)
+__all__ = [
+    "CallReport",
+    "ForbiddenOperation",
+    "Instruments",
+    "Stretch",
+    "TamperingDetected",
+    "install",
+]

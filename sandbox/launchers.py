@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.isolation import hand_over
+from sandbox import safe_fs
 
 LAUNCHER = "__triton_launcher"
 # Scalar and pointer types as Triton spells them ("*fp32", "i32", "u1", "*kfp16", ...).
@@ -97,10 +97,17 @@ class LauncherCache:
             return {"error": "unsupported signature"}
         try:
             built = self._build(launcher_source(signature))
-            copy = os.path.join(job_dir, f"launcher-{os.path.basename(built)}")
-            shutil.copyfile(built, copy)
-            hand_over(copy)
-            return {"path": copy}
+            with open(built, "rb") as handle:
+                library = handle.read()
+            # The job directory is the candidate's: a new name, written through a
+            # descriptor (`sandbox.safe_fs`), never a name it may have made a symlink.
+            name = safe_fs.unique_name("launcher-", f"-{os.path.basename(built)}")
+            dir_fd = safe_fs.open_dir(job_dir)
+            try:
+                safe_fs.write_new(dir_fd, name, library)
+            finally:
+                os.close(dir_fd)
+            return {"path": os.path.join(job_dir, name)}
         except Exception as err:  # noqa: BLE001 - the candidate then compiles it itself
             return {"error": f"{type(err).__name__}: {str(err)[:300]}"}
 

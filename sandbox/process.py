@@ -1,18 +1,24 @@
 """The grader's handle on one candidate process: start, command, deadline, kill.
 
 A process (forked by the grader's zygote) serves exactly one candidate and is then
-killed with its whole namespace. Replies are read as bounded JSON; a process that
-dies, hangs or floods is classified by how it ended (signal, exit status, cgroup
-OOM) into a verdict.
+killed with its whole namespace. Replies are read frame by frame with a deadline on every
+read, within a size limit, and checked against the command's schema (`sandbox.replies`);
+a process that dies, hangs or floods is classified by how it ended (signal, exit status,
+cgroup OOM) into a verdict. Its job directory is the candidate's: the grader keeps its own
+descriptors of what it made there (the log) and never opens a name in it again
+(`sandbox.safe_fs`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
+import select
 import shutil
 import signal
+import socket
+import stat
+import struct
 import subprocess
 import sys
 import time
@@ -22,6 +28,7 @@ from multiprocessing import Pipe
 from pathlib import Path
 from typing import Any
 
+from sandbox import replies, safe_fs
 from sandbox.isolation import (
     Cgroup,
     Limits,
@@ -30,16 +37,25 @@ from sandbox.isolation import (
     namespaces_available,
 )
 from sandbox.launchers import LauncherCache
+from sandbox.replies import MAX_REPLY_BYTES, MalformedReply
 from sandbox.timing import SPIN_RATE_ENV
 from sandbox.transfer import send_descriptors
 from sandbox.zygote import Zygote
 
-MAX_REPLY_BYTES = 1 << 20
 MAX_LAUNCHER_REQUESTS = 32  # distinct kernel signatures one candidate may have built
 # Replies to anything but the command in flight (a candidate writing on the pipe itself)
-# are dropped, up to this many per command; past it the candidate is tampering.
+# are dropped, up to this many per command; past it the candidate is tampering. So are
+# launcher requests past the cap, each answered on the pipe (one that is never read from
+# would fill it).
 MAX_STRAY_REPLIES = 16
 LOG_TAIL_BYTES = 4000
+# A command not taken off the pipe within this long is a candidate that stopped reading it.
+SEND_TIMEOUT_S = 10.0
+# How long a dead candidate's exit status is awaited before the signal ending it is read
+# from /proc instead: a process with a CUDA context takes seconds to finish dying.
+EXIT_STATUS_WAIT_S = 0.25
+EXIT_STATUS_LAST_WAIT_S = 5.0
+PF_EXITING = 0x4  # /proc/<pid>/stat's flags: the task is exiting
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -50,6 +66,17 @@ class CandidateDied(Exception):
         super().__init__(message)
         self.verdict = verdict
         self.message = message
+
+
+def _extra_python_paths() -> list[str]:
+    """The grader's own PYTHONPATH directories (an offline host's wheels unpacked beside the
+    image's packages): candidates import from them too, and the jail binds them read-only."""
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return [
+        path
+        for path in dict.fromkeys(os.path.abspath(p) for p in entries if p)
+        if path != os.path.abspath(REPO_ROOT) and os.path.isdir(path)
+    ]
 
 
 def candidate_env(
@@ -65,7 +92,7 @@ def candidate_env(
         "HOME": job_dir,
         "TMPDIR": job_dir,
         "TRITON_CACHE_DIR": os.path.join(job_dir, ".triton"),
-        "PYTHONPATH": REPO_ROOT,
+        "PYTHONPATH": os.pathsep.join([REPO_ROOT, *_extra_python_paths()]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": "1",
@@ -163,9 +190,13 @@ class CandidateProcess:
             except OSError:
                 self.cgroup = None
         self.log_path = os.path.join(self.job_dir, "candidate.log")
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
-        hand_over(self.log_path)
+        # Written by the candidate (its stdout and stderr), read by the grader through this
+        # same descriptor: whatever the name comes to point to, the grader reads its file.
+        self.dir_fd = safe_fs.open_dir(self.job_dir)
+        self.log_fd = safe_fs.create_file(self.dir_fd, "candidate.log")
+        safe_fs.hand_over(self.log_fd)
         self.conn, child_conn = Pipe(duplex=True)
+        _limit_sends(self.conn.fileno(), SEND_TIMEOUT_S)
         try:
             self.proc = zygote.spawn(
                 job_dir=self.job_dir,
@@ -175,17 +206,18 @@ class CandidateProcess:
                 namespaces=namespaces_available(),
                 processes=limits.processes,
                 conn_fd=child_conn.fileno(),
-                log_fd=log.fileno(),
+                log_fd=self.log_fd,
             )
         except BaseException:
             self.conn.close()
+            os.close(self.log_fd)
+            os.close(self.dir_fd)
             if self.cgroup is not None:
                 self.cgroup.remove()
-            shutil.rmtree(self.job_dir, ignore_errors=True)
+            safe_fs.remove_tree(self.job_dir)
             raise
         finally:
             child_conn.close()
-            log.close()
         self.started = time.monotonic()
         self.ready_info: dict[str, Any] | None = None
         self.killed_for_time = False
@@ -201,54 +233,72 @@ class CandidateProcess:
         strays = 0
         while True:
             reply = self._receive_one(deadline)
-            if "build_launcher" in reply:
+            if replies.is_launcher_request(reply):
                 self.launcher_requests += 1
+                if self.launcher_requests > MAX_LAUNCHER_REQUESTS + MAX_STRAY_REPLIES:
+                    self.stop()
+                    raise CandidateDied("tampering", "the candidate flooded the grader's pipe")
                 if self.launchers is None or self.launcher_requests > MAX_LAUNCHER_REQUESTS:
                     answer: dict[str, Any] = {"error": "no launcher builds here"}
                 else:
                     answer = self.launchers.answer(reply, self.job_dir)
                 try:
                     self.conn.send(answer)
-                except (BrokenPipeError, OSError):
+                except (BlockingIOError, TimeoutError):
+                    raise self._stopped_reading() from None
+                except OSError:
                     raise self._death() from None
             elif seq is None or reply.get("seq") == seq:
                 return reply
             else:
                 strays += 1
                 if strays > MAX_STRAY_REPLIES:
-                    self.kill()
+                    self.stop()
                     raise CandidateDied("tampering", "the candidate wrote on the grader's pipe")
 
     def _receive_one(self, deadline: float) -> dict[str, Any]:
-        remaining = deadline - time.monotonic()
-        if (remaining <= 0 or not self.conn.poll(remaining)) and self.proc.poll() is None:
-            self.killed_for_time = True
-            self.kill()
-            raise CandidateDied("timeout", "exceeded its time budget")
-        try:
-            raw = self.conn.recv_bytes(MAX_REPLY_BYTES)
-        except (EOFError, OSError):
-            raise self._death() from None
-        try:
-            reply = json.loads(raw)
-        except ValueError:
-            raise CandidateDied("tampering", "the candidate wrote on the grader's pipe") from None
-        if not isinstance(reply, dict):
-            raise CandidateDied("tampering", "the candidate wrote on the grader's pipe")
-        return reply
+        """One message from the harness, parsed within `sandbox.replies`' limits."""
+        header = self._read_exact(4, deadline)
+        (size,) = struct.unpack("!i", header)
+        if size == -1:  # multiprocessing's header of a message over 2 GiB
+            (size,) = struct.unpack("!Q", self._read_exact(8, deadline))
+        if not 0 <= size <= MAX_REPLY_BYTES:
+            self.stop()
+            raise MalformedReply(f"a message of {size} bytes, more than {MAX_REPLY_BYTES}")
+        return replies.parse(self._read_exact(size, deadline))
+
+    def _read_exact(self, count: int, deadline: float) -> bytes:
+        """`count` bytes from the pipe, each wait bounded by `deadline` (a message sent in
+        part and never finished is a timeout, not a grader stuck reading)."""
+        data = bytearray()
+        watch = select.poll()
+        watch.register(self.conn.fileno(), select.POLLIN)
+        while len(data) < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not watch.poll(remaining * 1e3):
+                if self.proc.poll() is not None:  # gone, its pipe held open by another
+                    raise self._death()
+                self.killed_for_time = True
+                self.stop()
+                raise CandidateDied("timeout", "exceeded its time budget")
+            try:
+                chunk = os.read(self.conn.fileno(), count - len(data))  # ready: never blocks
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise self._death()
+            data += chunk
+        return bytes(data)
 
     def wait_ready(self, deadline: float) -> dict[str, Any]:
         """Wait for the harness; no candidate code has run yet, so a failure is ours."""
         if self.ready_info is None:
             try:
-                reply = self._receive(deadline)
-            except CandidateDied as death:
+                self.ready_info = replies.check_ready(self._receive(deadline))
+            except (CandidateDied, MalformedReply) as failure:
                 raise CandidateDied(
-                    "sandbox_error", f"candidate process failed to start: {death.message}"
+                    "sandbox_error", f"candidate process failed to start: {failure.message}"
                 ) from None
-            if not reply.get("ready"):
-                raise CandidateDied("sandbox_error", "candidate process failed to start")
-            self.ready_info = reply
         return self.ready_info
 
     def startup_seconds(self, taken: float) -> dict[str, float]:
@@ -273,7 +323,8 @@ class CandidateProcess:
         fds: list[int] | None = None,
         **message: Any,
     ) -> dict[str, Any]:
-        """Send one command and wait for its reply until `deadline`.
+        """Send one command and wait for its reply until `deadline`: a reply the harness
+        could send to it (`sandbox.replies.check`), or MalformedReply.
 
         `fds` (shared device buffers, `sandbox.transfer`) follow the command on the
         socket; this call closes them. With `lease=(seconds, expire)`, `expire()` is
@@ -285,7 +336,9 @@ class CandidateProcess:
             self.conn.send({**message, "seq": self.sequence, "fds": len(fds or ())})
             if fds:
                 send_descriptors(self.conn.fileno(), fds)
-        except (BrokenPipeError, OSError):
+        except (BlockingIOError, TimeoutError):  # no room on the pipe for `SEND_TIMEOUT_S`
+            raise self._stopped_reading() from None
+        except OSError:
             raise self._death() from None
         finally:
             for fd in fds or ():
@@ -295,15 +348,16 @@ class CandidateProcess:
             wait = min(seconds, deadline - time.monotonic())
             if wait <= 0 or not self.conn.poll(wait):
                 expire()
-        return self._receive(deadline, self.sequence)
+        return replies.check(message, self._receive(deadline, self.sequence))
 
     # -- ending ---------------------------------------------------------------------
+    def _stopped_reading(self) -> CandidateDied:
+        """A candidate that left the grader's messages on the pipe (`SEND_TIMEOUT_S`)."""
+        self.stop()
+        return CandidateDied("tampering", "the candidate stopped taking the grader's commands")
+
     def _death(self) -> CandidateDied:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            code = self.proc.returncode
+        code = self._exit_code()
         log = self.log_tail()
         if self.cgroup is not None and self.cgroup.oom_killed():
             return CandidateDied("resource_limit", "killed: out of its memory limit")
@@ -328,15 +382,41 @@ class CandidateProcess:
             "runtime_error", f"the candidate process exited (status {code}){reason}"
         )
 
-    def log_tail(self) -> str:
+    def _exit_code(self) -> int | None:
+        """How the process that closed its pipe ended (`subprocess.Popen.returncode`'s form).
+
+        The zygote reports it once the process is gone, which for one with a CUDA context
+        takes seconds after its last instruction ran; by then /proc shows the code it is
+        exiting with (a fatal signal, at once), which is read instead, and the process is
+        left to the reaper.
+        """
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.proc.wait(timeout=EXIT_STATUS_WAIT_S)
+        dying = exiting_status(self.proc.pid)
+        if dying is not None:
+            self.stop()
+            return dying
         try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - LOG_TAIL_BYTES))
-                return handle.read().decode("utf-8", "replace")
+            return self.proc.wait(timeout=EXIT_STATUS_LAST_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def log_tail(self) -> str:
+        """The end of what the candidate wrote to stdout and stderr (its log), read through
+        the grader's own descriptor of it."""
+        try:
+            return safe_fs.read_tail(self.log_fd, LOG_TAIL_BYTES).decode("utf-8", "replace")
         except OSError:
             return ""
+
+    def log_bytes(self) -> int:
+        """How large the candidate's log is (it may have cut it: at most what it wrote)."""
+        try:
+            info = os.fstat(self.log_fd)
+        except OSError:
+            return 0
+        return info.st_size if stat.S_ISREG(info.st_mode) else 0
 
     def stop(self) -> None:
         """SIGKILL the process and everything it started; do not wait (see `close`)."""
@@ -355,10 +435,54 @@ class CandidateProcess:
         """Kill the process and everything it started; remove its files."""
         self.kill()
         self.conn.close()
+        for fd in (self.log_fd, self.dir_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self.cgroup is not None:
+            # Whatever the candidate started (setsid, double forks) dies with its cgroup,
+            # even when the zygote that would have killed it is gone.
+            with contextlib.suppress(OSError):
+                self.cgroup.kill()
             for _ in range(50):
                 if not any((p / "cgroup.procs").read_text().strip() for p in self.cgroup.dirs):
                     break
                 time.sleep(0.02)
             self.cgroup.remove()
-        shutil.rmtree(self.job_dir, ignore_errors=True)
+        if not safe_fs.remove_tree(self.job_dir):
+            print(f"drtriton grader: could not remove {self.job_dir}", file=sys.stderr)
+
+
+def exiting_status(pid: int) -> int | None:
+    """The status a process (or the candidate under its namespace's keeper) is exiting
+    with, in `subprocess.Popen.returncode`'s form; None if none is exiting yet.
+
+    Read from /proc/<pid>/stat (its flags and exit code, which the kernel sets as the
+    process starts to exit, before it lets go of its memory and devices).
+    """
+    for task in (pid, *_children(pid)):
+        try:
+            with open(f"/proc/{task}/stat", "rb") as handle:
+                fields = handle.read(4096).rsplit(b")", 1)[1].split()
+            flags, code = int(fields[6]), int(fields[49])
+        except (OSError, IndexError, ValueError):
+            continue
+        if flags & PF_EXITING and code:
+            return -(code & 0x7F) if code & 0x7F else (code >> 8) & 0xFF
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    """The children of `pid`'s main thread (the candidate, under its namespace's keeper)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+            return [int(child) for child in handle.read(4096).split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _limit_sends(fd: int, seconds: float) -> None:
+    """Sends on the socket `fd` fail after `seconds` without room, rather than block."""
+    whole = int(seconds)
+    timeval = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)

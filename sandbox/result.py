@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
@@ -12,6 +13,19 @@ VERDICTS: tuple[str, ...] = tuple(
 )
 # Verdicts that say nothing about the kernel: a learner masks them instead of scoring 0.
 INFRASTRUCTURE_VERDICTS = frozenset({"sandbox_error", "bad_problem"})
+# Characters a terminal acts on rather than shows: C0 controls but newline and tab (escape
+# sequences, carriage returns that overwrite a line), DEL, C1 controls, and the invisible
+# or direction-changing format characters (a line that reads other than it is).
+_UNPRINTABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]"
+)
+
+
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: what it would act on is shown as an escape
+    (ESC as `\\x1b`), newlines and tabs kept. For text a candidate wrote (its log, its
+    error messages)."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass
@@ -72,6 +86,16 @@ class VerifyResult:
         self.speedup_vs_compile = compile_ms / self.candidate_ms if compile_ms else None
         if self.speedup_vs_eager and self.speedup_vs_eager > sanity_bound:
             self.retimed = True
+
+    def for_terminal(self) -> VerifyResult:
+        """A copy whose text the candidate may have written (message, log, trial messages)
+        is `printable`."""
+        return replace(
+            self,
+            message=printable(self.message),
+            candidate_log=printable(self.candidate_log),
+            trials=[replace(t, message=printable(t.message)) for t in self.trials],
+        )
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)

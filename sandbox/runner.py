@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
-from sandbox import placement
+from sandbox import placement, safe_fs
 from sandbox.config import MAX_TRIALS, SandboxConfig, resolve_device
 from sandbox.errors import (
     DrainingError,
@@ -262,6 +262,12 @@ class JobRunner:
             for gpu, count in shares
         ]
 
+    def abort(self) -> None:
+        """Kill every worker now (a start-up cut short by a signal); `close` still cleans up."""
+        self._draining = True
+        for worker in self._workers:
+            worker.kill()
+
     async def drain(self) -> None:
         self._draining = True
         if self._idle_event is not None:
@@ -277,7 +283,7 @@ class JobRunner:
             worker.wait_stopped()
         self._workers = []
         self._threads.shutdown(wait=False)
-        shutil.rmtree(self.job_root, ignore_errors=True)
+        safe_fs.remove_tree(self.job_root)  # job directories a candidate left are its own
 
     # -- state ----------------------------------------------------------------------
     @property

@@ -11,7 +11,12 @@ Lifecycle (`serve`): start the runner (it probes isolation and may refuse), bind
 print `listening on HOST:PORT` as the first stdout line, serve until SIGTERM/SIGINT,
 then drain: health turns NOT_SERVING, new requests get UNAVAILABLE, in-flight jobs
 finish and their answers are sent, and the process exits 0. A second signal stops
-without waiting.
+without waiting; a signal during start-up kills the workers at once and exits 0.
+
+Who may call, and how much (`sandbox.auth`, `sandbox.limits`): a non-loopback address
+needs TLS and client tokens (or `--insecure`); each client has a limit of requests in
+flight and of source bytes per request; every verification is recorded in the audit log
+(`sandbox.audit`) when one is configured.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import functools
 import logging
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, TextIO
 
@@ -31,7 +37,15 @@ from grpc_reflection.v1alpha import reflection
 
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
 from protos.drtriton.sandbox.v1 import sandbox_pb2_grpc
-from sandbox.config import SandboxConfig
+from sandbox.audit import AuditLog, audit_entry
+from sandbox.auth import (
+    SecurityConfigError,
+    ServerSecurity,
+    TokenInterceptor,
+    client_identity,
+    load_server_security,
+)
+from sandbox.config import SandboxConfig, ServerConfig
 from sandbox.errors import (
     DrainingError,
     InvalidRequestError,
@@ -39,6 +53,7 @@ from sandbox.errors import (
     SandboxInfrastructureError,
     WeakIsolationError,
 )
+from sandbox.limits import ClientLimitError, InFlightLimiter, check_source_size
 from sandbox.result import VerifyResult
 
 log = logging.getLogger("drtriton.sandbox.server")
@@ -86,6 +101,8 @@ class Runner(Protocol):
     async def drain(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class DeadlineCutError(Exception):
@@ -150,26 +167,79 @@ class HealthService(health_pb2_grpc.HealthServicer):
 
 
 class SandboxService(sandbox_pb2_grpc.SandboxServicer):
-    """`drtriton.sandbox.v1.Sandbox` over a runner: translation only."""
+    """`drtriton.sandbox.v1.Sandbox` over a runner: translation, per-client limits, audit."""
 
     def __init__(
         self,
         runner: Runner,
         stream_window: int = STREAM_WINDOW,
         default_budget_s: float | None = None,
+        *,
+        config: ServerConfig | None = None,
+        security: ServerSecurity | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
+        config = config or ServerConfig()
         self._runner = runner
         self._stream_window = stream_window
         # A job's own budget when the request sets none (the runner's job timeout).
         if default_budget_s is None:
             default_budget_s = getattr(getattr(runner, "config", None), "job_timeout_s", None)
         self._default_budget_s = default_budget_s
+        self._tokens = security.tokens if security is not None else None
+        self._limiter = InFlightLimiter(config.max_in_flight_per_client)
+        self._max_source_bytes = config.max_source_bytes
+        self._audit = audit
         self.draining = False
 
-    async def _run(self, request: pb.VerifyRequest, timeout_s: float | None) -> pb.VerifyResponse:
-        """One job; raises the runner's infrastructure errors unchanged."""
+    def _record(
+        self,
+        method: str,
+        client: str,
+        context: grpc.aio.ServicerContext,
+        request: pb.VerifyRequest | None,
+        status: str,
+        verdict: int | None,
+        started: float,
+    ) -> None:
+        """One audit line for a finished request (nothing without an audit log)."""
+        if self._audit is None:
+            return
+        self._audit.write(
+            audit_entry(
+                method=method,
+                client=client,
+                peer=context.peer() or "",
+                status=status,
+                seconds=time.monotonic() - started,
+                request_id=request.request_id if request is not None else "",
+                problem=request.problem if request is not None else None,
+                candidate=request.candidate if request is not None else None,
+                verdict=None if verdict is None else pb.Verdict.Name(verdict).lower(),
+            )
+        )
+
+    def record_denied(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        """Audit a call refused for want of an accepted token."""
+        client = client_identity(context, None)
+        self._record(
+            method.rsplit("/", 1)[-1],
+            client,
+            context,
+            None,
+            "UNAUTHENTICATED",
+            None,
+            time.monotonic(),
+        )
+
+    async def _run(
+        self, request: pb.VerifyRequest, timeout_s: float | None, client: str
+    ) -> pb.VerifyResponse:
+        """One job of `client`; raises the runner's infrastructure errors unchanged."""
         if self.draining:
             raise DrainingError("the server is draining and takes no new jobs")
+        check_source_size(request, self._max_source_bytes)
+        self._limiter.take(client)  # held until the job ends, even if its caller leaves
         # When the client gives up (deadline, cancel) gRPC cancels this handler. The job
         # itself is already bounded by `timeout_s`; shielding it lets the runner account
         # for it until its grader has really answered, so a worker is never handed a
@@ -178,6 +248,7 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
         started = loop.time()
         job = asyncio.ensure_future(self._runner.verify(request, timeout_s=timeout_s))
         job.add_done_callback(_consume_outcome)
+        job.add_done_callback(lambda _job: self._limiter.release(client))
         result = await asyncio.shield(job)
         if timeout_s is not None and self._cut_by_deadline(
             request, result, timeout_s, loop.time() - started
@@ -208,14 +279,23 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
     async def Verify(  # noqa: N802 - gRPC method name
         self, request: pb.VerifyRequest, context: grpc.aio.ServicerContext
     ) -> pb.VerifyResponse:
+        started = time.monotonic()
+        client = client_identity(context, self._tokens)
+        # Each outcome is recorded before the client hears of it.
         try:
-            return await self._run(request, context.time_remaining())
+            response = await self._run(request, context.time_remaining(), client)
+        except asyncio.CancelledError:  # the client left
+            self._record("Verify", client, context, request, "CANCELLED", None, started)
+            raise
         except Exception as err:  # noqa: BLE001 - every error becomes a status
             code, details = status_of(err)
             if code is grpc.StatusCode.INTERNAL:
                 log.exception("Verify %r failed inside the server", request.request_id)
+            self._record("Verify", client, context, request, code.name, None, started)
             await context.abort(code, details)
             raise AssertionError("unreachable") from err  # abort always raises
+        self._record("Verify", client, context, request, "OK", response.verdict, started)
+        return response
 
     async def VerifyStream(  # noqa: N802 - gRPC method name
         self,
@@ -232,12 +312,19 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
         answers: asyncio.Queue[pb.VerifyResponse | BaseException | None] = asyncio.Queue()
         window = asyncio.Semaphore(self._stream_window)
         jobs: set[asyncio.Task[None]] = set()
+        client = client_identity(context, self._tokens)
 
         async def one(request: pb.VerifyRequest) -> None:
+            started = time.monotonic()
+            status, verdict = "CANCELLED", None
             try:
-                answer = await self._run(request, context.time_remaining())
+                # A stream's items wait for the client's places instead of being refused.
+                await self._limiter.wait_for_room(client)
+                answer = await self._run(request, context.time_remaining(), client)
+                status, verdict = "OK", answer.verdict
             except Exception as err:  # noqa: BLE001 - every error becomes an answer
                 code, details = status_of(err)
+                status = code.name
                 if code is grpc.StatusCode.INTERNAL:
                     log.exception("VerifyStream item %r failed", request.request_id)
                 answer = pb.VerifyResponse(
@@ -247,6 +334,7 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
                 )
             finally:
                 window.release()
+                self._record("VerifyStream", client, context, request, status, verdict, started)
             await answers.put(answer)
 
         async def read_all() -> None:
@@ -306,7 +394,7 @@ def status_of(err: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.DEADLINE_EXCEEDED, message
     if isinstance(err, InvalidRequestError):
         return grpc.StatusCode.INVALID_ARGUMENT, message
-    if isinstance(err, QueueFullError):
+    if isinstance(err, QueueFullError | ClientLimitError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED, message
     if isinstance(err, DrainingError):
         return grpc.StatusCode.UNAVAILABLE, message
@@ -317,31 +405,61 @@ def status_of(err: BaseException) -> tuple[grpc.StatusCode, str]:
 
 
 class SandboxServer:
-    """A started gRPC server around a started runner."""
+    """A started gRPC server around a started runner.
 
-    def __init__(self, runner: Runner, host: str = "127.0.0.1", port: int = 0) -> None:
+    `security` (from `sandbox.auth.load_server_security`) brings TLS and client tokens;
+    `config` the per-client limits and the audit log, which is opened here (OSError when
+    it cannot be).
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        security: ServerSecurity | None = None,
+        config: ServerConfig | None = None,
+    ) -> None:
+        config = config or ServerConfig()
         self.runner = runner
         self.host = host
         self.requested_port = port
         self.port = 0
-        self.service = SandboxService(runner)
+        self.security = security or ServerSecurity()
+        self.audit = AuditLog(config.audit_log) if config.audit_log else None
+        self.service = SandboxService(
+            runner, config=config, security=self.security, audit=self.audit
+        )
         self.health = HealthService()
         self._server: grpc.aio.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
 
     @property
+    def _unix(self) -> bool:
+        return self.host.startswith(("unix:", "unix-abstract:"))
+
+    @property
     def address(self) -> str:
+        if self._unix:
+            return self.host
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
     def bind(self) -> int:
         """Claim the address (before the slow runner start-up, so a busy port fails fast).
 
-        Returns the port; raises OSError when the address cannot be bound.
+        Returns the port (0 for a unix socket); raises OSError when the address cannot
+        be bound.
         """
         if self._server is not None:
             return self.port
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        interceptors = []
+        if self.security.tokens is not None:
+            interceptors.append(
+                TokenInterceptor(self.security.tokens, on_denied=self.service.record_denied)
+            )
+        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         sandbox_pb2_grpc.add_SandboxServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -352,13 +470,21 @@ class SandboxServer:
             ),
             server,
         )
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        if self._unix:
+            address = self.host
+        else:
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            address = f"{host}:{self.requested_port}"
+        credentials = self.security.credentials
         try:
-            port = server.add_insecure_port(f"{host}:{self.requested_port}")
+            if credentials is None:
+                port = server.add_insecure_port(address)
+            else:
+                port = server.add_secure_port(address, credentials)
         except RuntimeError as err:  # grpc raises RuntimeError for a bind failure
-            raise OSError(f"cannot listen on {host}:{self.requested_port}: {err}") from err
-        if port == 0:
-            raise OSError(f"cannot listen on {host}:{self.requested_port}")
+            raise OSError(f"cannot listen on {address}: {err}") from err
+        if port == 0 and not self._unix:
+            raise OSError(f"cannot listen on {address}")
         self.port = port
         self._server = server
         return port
@@ -400,9 +526,13 @@ class SandboxServer:
         if self._server is not None:
             await self._server.stop(grace_s)
         await self.runner.close()
+        if self.audit is not None:
+            self.audit.close()
 
 
-def _summary(info: pb.GetInfoResponse, config: SandboxConfig) -> list[str]:
+def _summary(
+    info: pb.GetInfoResponse, config: SandboxConfig, security: ServerSecurity | None = None
+) -> list[str]:
     """The lines after `listening on ...`: what an operator needs to know at a glance."""
     prov = info.provenance
     if info.mode == "cpu":
@@ -425,6 +555,7 @@ def _summary(info: pb.GetInfoResponse, config: SandboxConfig) -> list[str]:
         if info.weak_isolation_accepted or config.allow_weak_isolation:
             isolation += " (weaker isolation accepted)"
     lines.append(isolation)
+    lines.append(f"clients: {(security or ServerSecurity()).describe()}")
     return lines
 
 
@@ -437,15 +568,32 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 50051,
     *,
+    server_config: ServerConfig | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
     drain_grace_s: float = 3.0,
 ) -> int:
     """Run a sandbox server until SIGTERM/SIGINT; returns the process exit status."""
-    from sandbox.runner import JobRunner  # heavy (torch): only when serving
-
     out = out or sys.stdout
     err = err or sys.stderr
+    server_config = server_config or ServerConfig()
+    try:
+        security = load_server_security(host, server_config)
+    except SecurityConfigError as error:
+        print(f"drtriton: error: {_one_line(error)}", file=err, flush=True)
+        return 2
+    if security.insecure_exposed:
+        log.warning("serving %s without TLS or client tokens (--insecure)", host)
+        print(
+            f"WARNING: --insecure: serving {host}, which is not a loopback address, "
+            f"with {security.describe()}: whoever reaches this port can run code in the "
+            "sandbox and read its verdicts, and tokens cross the network in clear",
+            file=err,
+            flush=True,
+        )
+
+    from sandbox.runner import JobRunner  # heavy (torch): only when serving
+
     loop = asyncio.get_running_loop()
     signals = asyncio.Queue[int]()
     installed: list[int] = []
@@ -455,47 +603,20 @@ async def serve(
             installed.append(signum)
 
     runner = JobRunner(config)
-    server = SandboxServer(runner, host, port)
     try:
         try:
+            server = SandboxServer(runner, host, port, security=security, config=server_config)
             server.bind()
         except OSError as error:
             print(f"drtriton: error: {_one_line(error)}", file=err, flush=True)
             return 2
-        # Start-up may take a while (workers import torch); a signal meanwhile aborts it.
-        starting = asyncio.create_task(runner.start())
-        stopped = asyncio.create_task(signals.get())
-        await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        if not starting.done():
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await starting
-            await server.stop(0)
-            return 0
-        stopped.cancel()
-        try:
-            starting.result()
-        except WeakIsolationError as error:
-            await server.stop(0)
-            message = _one_line(error)
-            if "--allow-weak-isolation" not in message:
-                message += " (start with --allow-weak-isolation to accept weaker isolation)"
-            print(f"drtriton: error: weak isolation: {message}", file=err, flush=True)
-            return 2
-        except Exception as error:  # noqa: BLE001 - one line for the operator, details in the log
-            log.debug("runner start failed", exc_info=True)
-            with contextlib.suppress(Exception):
-                await server.stop(0)
-            print(
-                f"drtriton: error: cannot start the sandbox: {_one_line(error)}",
-                file=err,
-                flush=True,
-            )
-            return 2
+        status = await _start_runner(runner, server, signals, config, err)
+        if status is not None:
+            return status
 
         await server.start()
         print(f"listening on {server.address}", file=out, flush=True)
-        for line in _summary(runner.info(), config):
+        for line in _summary(runner.info(), config, security):
             print(line, file=out)
         if len(runner.gpu_shares) > 1:
             shares = ", ".join(f"{gpu} ({count})" for gpu, count in runner.gpu_shares)
@@ -526,11 +647,64 @@ async def serve(
             loop.remove_signal_handler(signum)
 
 
-def run_server(config: SandboxConfig, host: str, port: int, *, log_level: str = "WARNING") -> int:
+async def _start_runner(
+    runner: Runner,
+    server: SandboxServer,
+    signals: asyncio.Queue[int],
+    config: SandboxConfig,
+    err: TextIO,
+) -> int | None:
+    """Start the runner (workers import torch: seconds to minutes); None once it is up,
+    else the exit status. A signal meanwhile kills the workers at once instead of letting
+    them finish starting only to be stopped."""
+    starting = asyncio.create_task(runner.start())
+    stopped = asyncio.create_task(signals.get())
+    await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        runner.abort()
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        await server.stop(0)
+        print("stopped before serving", file=err, flush=True)
+        return 0
+    stopped.cancel()
+    try:
+        starting.result()
+    except WeakIsolationError as error:
+        await server.stop(0)
+        message = _one_line(error)
+        if "--allow-weak-isolation" not in message:
+            message += " (start with --allow-weak-isolation to accept weaker isolation)"
+        print(f"drtriton: error: weak isolation: {message}", file=err, flush=True)
+        return 2
+    except Exception as error:  # noqa: BLE001 - one line for the operator, details in the log
+        log.debug("runner start failed", exc_info=True)
+        with contextlib.suppress(Exception):
+            await server.stop(0)
+        print(
+            f"drtriton: error: cannot start the sandbox: {_one_line(error)}", file=err, flush=True
+        )
+        return 2
+    return None
+
+
+def run_server(
+    config: SandboxConfig,
+    host: str,
+    port: int,
+    *,
+    server_config: ServerConfig | None = None,
+    log_level: str = "WARNING",
+) -> int:
     """Blocking entry point of `drtriton sandbox serve`."""
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.WARNING),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    return asyncio.run(serve(config, host, port))
+    try:
+        return asyncio.run(serve(config, host, port, server_config=server_config))
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers were in place
+        print("stopped before serving", file=sys.stderr, flush=True)
+        return 130

@@ -4,8 +4,9 @@ The grader owns the memory; the candidate maps it. On a GPU that can share memor
 processes (`sandbox.device_share`) a tensor is device memory both map: the grader copies its
 inputs in on the device, the candidate computes on them where they are and copies its outputs into
 the grader's output buffers, and nothing crosses the bus. Elsewhere (CPU mode, or a driver
-without the virtual memory API) a tensor is a file in the job directory (tmpfs), mapped by
-both sides.
+without the virtual memory API) a tensor is a file in the job directory (tmpfs): the
+candidate's harness maps it by name; the grader, for whom that directory is hostile, writes
+and reads it only through the descriptor it made it with (`sandbox.safe_fs`).
 
 A spec (JSON, sent with the command) names each tensor: `{"shape", "dtype"}` plus either
 `"path"` (a file) or `"fd_index"` (the position of its descriptor among those that follow
@@ -22,14 +23,22 @@ between; the split is to be measured); a GiB tensor costs seconds through a file
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 import torch
 
-from sandbox import device_share
-from sandbox.isolation import hand_over
+from sandbox import device_share, safe_fs
 
 SHARE_MIN_BYTES = 64 << 20
+# Files are written and read through the grader's own descriptors in pieces this large: a
+# GPU tensor crosses to the host one piece at a time.
+FILE_CHUNK_BYTES = 64 << 20
+
+
+class ExchangeTampered(Exception):
+    """A file the grader made for a command no longer holds what it should (the candidate
+    cut or grew it): the candidate's doing, never the grader's."""
 
 
 def numel_of(spec: dict[str, Any]) -> int:
@@ -40,7 +49,14 @@ def numel_of(spec: dict[str, Any]) -> int:
 
 
 class Exchange:
-    """The tensors of one candidate command, in memory this process owns."""
+    """The tensors of one candidate command, in memory this process owns.
+
+    Files are created under names no one could have made ahead of time, in the job
+    directory opened once by descriptor (`sandbox.safe_fs`), and read and written only
+    through the descriptors made then: a name the candidate later replaces (a symlink to a
+    host file, a FIFO) is never opened by the grader. `close` (or leaving a `with` block)
+    closes them and removes their names.
+    """
 
     def __init__(
         self, job_dir: str, device: str, shared: bool, share_min_bytes: int = SHARE_MIN_BYTES
@@ -50,6 +66,14 @@ class Exchange:
         self.shared = shared
         self.share_min_bytes = share_min_bytes
         self._buffers: list[device_share.SharedBuffer | None] = []
+        self._dir_fd: int | None = None
+        self._files: dict[str, tuple[int, int]] = {}  # path -> (descriptor, bytes)
+
+    def __enter__(self) -> Exchange:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def put(self, name: str, values: list[Any], writable: bool) -> list[dict[str, Any]]:
         """Specs for `values`: copies of them, or (`writable`) blank space their size."""
@@ -63,7 +87,7 @@ class Exchange:
                 if self.shared and value.numel() * value.element_size() >= self.share_min_bytes:
                     spec.update(self._share(value, writable))
                 else:
-                    spec["path"] = self._file(f"{name}{i}.bin", value, writable)
+                    spec["path"] = self._file(f"{name}{i}-", value, writable)
             specs.append(spec)
         return specs
 
@@ -98,16 +122,27 @@ class Exchange:
                 torch.cuda.empty_cache()
         raise AssertionError("unreachable")
 
-    def _file(self, filename: str, value: torch.Tensor, writable: bool) -> str:
-        path = os.path.join(self.job_dir, filename)
-        buffer = torch.from_file(path, shared=True, size=value.numel(), dtype=value.dtype)
-        if writable:
-            buffer.fill_(float("nan") if value.is_floating_point() else 0)
-        else:
-            buffer.copy_(value.detach().reshape(-1))  # from the device, one pass
-        del buffer
-        hand_over(path)
-        os.chmod(path, 0o600)
+    def _new_file(self, prefix: str, nbytes: int) -> tuple[str, int]:
+        """A fresh file of `nbytes` zero bytes (sparse), its path and this side's descriptor."""
+        if self._dir_fd is None:
+            self._dir_fd = safe_fs.open_dir(self.job_dir)
+        name = safe_fs.unique_name(prefix, ".bin")
+        fd = safe_fs.create_file(self._dir_fd, name)
+        path = os.path.join(self.job_dir, name)
+        self._files[path] = (fd, nbytes)
+        os.ftruncate(fd, nbytes)
+        return path, fd
+
+    def _file(self, prefix: str, value: torch.Tensor, writable: bool) -> str:
+        flat = value.detach().reshape(-1)
+        path, fd = self._new_file(prefix, flat.numel() * flat.element_size())
+        if not writable:
+            _write_tensor(fd, flat)
+        elif value.is_floating_point():  # a reply forged without writing reads as NaN
+            piece = torch.full((min(flat.numel(), _chunk(flat)),), float("nan"), dtype=flat.dtype)
+            _write_repeated(fd, _bytes_of(piece), flat.numel() * flat.element_size())
+        # (Other blank outputs read as the zeros the file was made of.)
+        safe_fs.hand_over(fd)
         return path
 
     def blanks(self, specs: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -122,11 +157,8 @@ class Exchange:
             if "path" not in spec:
                 blanks.append(spec)
                 continue
-            path = os.path.join(self.job_dir, f"{name}{i}.bin")
-            with open(path, "wb") as handle:
-                handle.truncate(os.path.getsize(spec["path"]))
-            hand_over(path)
-            os.chmod(path, 0o600)
+            path, fd = self._new_file(f"{name}{i}-", self._files[spec["path"]][1])
+            safe_fs.hand_over(fd)
             blanks.append({**spec, "path": path})
         return blanks
 
@@ -152,8 +184,9 @@ class Exchange:
         """The tensor as judged, on this process's device.
 
         Shared memory is judged in place (the candidate has replied; it runs nothing
-        until its next command). A file is copied at once, in one pass from its
-        mapping: later writes to the file cannot change what is judged.
+        until its next command). A file is copied at once, through this side's
+        descriptor: later writes to it, or a name replaced, cannot change what is judged.
+        A file cut or grown since it was made is `ExchangeTampered`.
         """
         dtype = getattr(torch, spec["dtype"])
         numel = numel_of(spec)
@@ -164,19 +197,69 @@ class Exchange:
             if buffer is None:
                 raise RuntimeError("this shared buffer was released")
             return buffer.tensor(dtype, spec["shape"])
-        mapped = torch.from_file(spec["path"], shared=False, size=numel, dtype=dtype)
-        copy = mapped.to(self.device) if self.device != "cpu" else mapped.clone()
+        fd, nbytes = self._files[spec["path"]]
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != nbytes:
+            raise ExchangeTampered(
+                f"changed the size of a file the grader made ({info.st_size} bytes, not {nbytes})"
+            )
+        copy = torch.empty(numel, dtype=dtype, device=self.device)
+        step = _chunk(copy)
+        for start in range(0, numel, step):
+            part = copy[start : start + step]
+            host = part if self.device == "cpu" else torch.empty_like(part, device="cpu")
+            wanted = host.numel() * host.element_size()
+            got = safe_fs.read_into(fd, _bytes_of(host), start * copy.element_size())
+            if got != wanted:
+                raise ExchangeTampered("cut a file the grader made while it was read")
+            if host is not part:
+                part.copy_(host)
         return copy.view(spec["shape"])
 
     def release(self, specs: list[dict[str, Any]]) -> None:
-        """Let go of these specs' shared buffers early (GiB problems: memory is tight)."""
+        """Let go of these specs' memory early (GiB problems: memory is tight): shared
+        buffers dropped, files closed and their names removed."""
         for spec in specs:
             if "fd_index" in spec:
                 self._buffers[spec["fd_index"]] = None
+            elif "path" in spec and spec["path"] in self._files:
+                fd, _ = self._files.pop(spec["path"])
+                os.close(fd)
+                if self._dir_fd is not None:
+                    safe_fs.unlink(self._dir_fd, os.path.basename(spec["path"]))
 
     def close(self) -> None:
-        """Drop this side's hold on the buffers (views still in use keep theirs mapped)."""
+        """Drop this side's hold on the buffers (views still in use keep theirs mapped),
+        close the files and remove their names."""
         self._buffers.clear()
+        self.release([{"path": path} for path in list(self._files)])
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+
+
+def _chunk(tensor: torch.Tensor) -> int:
+    """Elements of `tensor` in one piece of a file's write or read (`FILE_CHUNK_BYTES`)."""
+    return max(1, FILE_CHUNK_BYTES // tensor.element_size())
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous host tensor, writable, without a copy."""
+    return memoryview(tensor.view(torch.uint8).numpy()).cast("B")
+
+
+def _write_tensor(fd: int, flat: torch.Tensor) -> None:
+    """`flat` (one dimension, any device) into the file from its start, a piece at a time."""
+    step = _chunk(flat)
+    for start in range(0, flat.numel(), step):
+        host = flat[start : start + step].contiguous().cpu()
+        safe_fs.write_all(fd, _bytes_of(host), start * flat.element_size())
+
+
+def _write_repeated(fd: int, piece: memoryview, nbytes: int) -> None:
+    """`piece` written again and again into the file's first `nbytes`."""
+    for offset in range(0, nbytes, len(piece)):
+        safe_fs.write_all(fd, piece[: nbytes - offset], offset)
 
 
 def send_descriptors(conn_fd: int, fds: list[int]) -> None:

@@ -25,7 +25,7 @@ def probe_isolation(grader: Any) -> list[dict[str, Any]]:
     """Start a real candidate process and see which walls hold."""
     import time
 
-    from sandbox.isolation import cgroups_available
+    from sandbox.isolation import features as isolation_features
     from sandbox.process import CandidateDied
 
     listener = socket.socket()
@@ -45,41 +45,12 @@ def probe_isolation(grader: Any) -> list[dict[str, Any]]:
             accepted = True
         except BlockingIOError:
             accepted = False
-        jail_missing = ready.get("jail_missing", [])
-        features = [
-            {
-                "name": "pid_namespace",
-                "available": reply.get("pid") == 1,
-                "detail": "candidate is init of its own pid namespace; killing it kills all it started",
-            },
-            {
-                "name": "network_namespace",
-                "available": not (reply.get("connected") or accepted),
-                "detail": "no network, not even loopback",
-            },
-            {
-                "name": "readonly_filesystem",
-                "available": not os.path.exists(outside),
-                "detail": "host read-only except the job directory",
-            },
-            {
-                "name": "no_privileges",
-                "available": not reply.get("capabilities", True),
-                "detail": f"candidate runs as uid {reply.get('uid')} with no capabilities",
-            },
-            {
-                "name": "memory_cgroup",
-                "available": cgroups_available(),
-                "detail": "per-job memory and process caps",
-            },
-            {
-                "name": "rlimits",
-                "available": True,
-                "detail": "CPU time, file size, open files (and address space on CPU)",
-            },
-        ]
-        if jail_missing:
-            features.append({"name": "jail", "available": False, "detail": ", ".join(jail_missing)})
+        features = isolation_features(
+            ready,
+            reply,
+            connected=bool(reply.get("connected") or accepted),
+            wrote_outside=os.path.exists(outside),
+        )
     except CandidateDied as death:
         log = proc.log_tail().strip().splitlines()[-3:]
         detail = death.message + (": " + " | ".join(log) if log else "")
@@ -125,7 +96,15 @@ def warm_torch_compile(device: str) -> None:
         torch.compile(lambda x: torch.relu(x) * 2)(torch.randn(8, device=device))
 
 
+# Tests hold a worker's start-up this many seconds (a signal during start-up must not wait).
+START_DELAY_ENV = "DRTRITON_TEST_WORKER_START_DELAY_S"
+
+
 def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: bool) -> None:
+    if os.environ.get(START_DELAY_ENV):
+        import time
+
+        time.sleep(float(os.environ[START_DELAY_ENV]))
     from sandbox.grader import Grader, Job
     from sandbox.zygote import ZygoteError
 

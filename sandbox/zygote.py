@@ -4,11 +4,12 @@ Importing torch and Triton costs one to two seconds of CPU per process; on a bus
 host that, not the kernel, bounds how many candidates a sandbox verifies per
 second. A zygote is trusted code that imports them once and forks a fresh process
 per candidate. It never initialises CUDA (a forked CUDA context is unusable) and
-never runs candidate code itself: each fork builds the jail exactly as
-`unshare --pid --fork --kill-child --net --mount --mount-proc` did (own session,
-cgroup, rlimits, fresh pid/network/mount namespaces, private mount propagation,
-its own /proc) and only then becomes `sandbox.candidate`. A process still serves
-exactly one candidate.
+never runs candidate code itself: each fork takes its own session, the job's cgroups
+and rlimits, enters fresh pid, network, mount, IPC, UTS and cgroup namespaces, and forks
+the namespace's pid 1, which builds the jail (`sandbox.isolation.enter_jail`: a minimal
+root, an unprivileged user) and becomes `sandbox.candidate`. A process still serves
+exactly one candidate. When a fork ends (or is killed), the zygote kills everything left
+in its job's cgroups before it reports the exit: nothing a candidate started outlives it.
 
 Each grader owns one zygote over a SOCK_SEQPACKET pair (both ends trusted):
 
@@ -37,7 +38,14 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
-from sandbox.isolation import Limits, apply_limits, enter_namespaces, mount_proc
+from sandbox.isolation import (
+    TEST_FIRST_ACTION_ENV,
+    Limits,
+    apply_limits,
+    enter_namespaces,
+    set_first_action,
+)
+from sandbox.jail.cgroup import kill_all
 
 MAX_MESSAGE = 1 << 16
 ZYGOTE_START_S = 300.0
@@ -92,6 +100,9 @@ def _preload(device: str, arch: int | None) -> str:
 
     import sandbox.candidate  # noqa: F401
     import sandbox.guard  # noqa: F401
+    from sandbox import isolation
+
+    isolation.prepare()  # decided once here, inherited by every fork
 
     if device == "cuda":
         with contextlib.suppress(ImportError):
@@ -113,6 +124,9 @@ def _set_death_signal() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+_stderr_is_log = False  # in a fork, once `_become_candidate` has made the log its stderr
+
+
 def _become_candidate(spec: dict[str, Any], conn_fd: int, log_fd: int) -> None:
     """The last steps of a fork: descriptors, environment, then the candidate harness."""
     from sandbox import candidate
@@ -123,6 +137,8 @@ def _become_candidate(spec: dict[str, Any], conn_fd: int, log_fd: int) -> None:
     os.dup2(devnull, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
+    global _stderr_is_log
+    _stderr_is_log = True
     os.closerange(3, conn_fd)
     os.closerange(conn_fd + 1, 1 << 16)
     os.environ.clear()
@@ -149,13 +165,15 @@ def _child(spec: dict[str, Any], conn_fd: int, log_fd: int) -> None:
             with open(os.path.join(path, "cgroup.procs"), "w") as procs:
                 procs.write(str(os.getpid()))
         apply_limits(Limits(**spec["limits"]))
+        if os.environ.get(TEST_FIRST_ACTION_ENV):  # tests only (see sandbox.isolation)
+            with open(os.environ[TEST_FIRST_ACTION_ENV]) as probe:
+                set_first_action(probe.read())
         if spec["namespaces"]:
             enter_namespaces()
             inner = os.fork()
             if inner == 0:
                 _set_death_signal()
-                mount_proc()
-                _become_candidate(spec, conn_fd, log_fd)
+                _become_candidate(spec, conn_fd, log_fd)  # its jail mounts its own /proc
                 os._exit(0)
             # Like `unshare --fork --kill-child`: wait, then report how the child ended.
             os.close(conn_fd)
@@ -167,8 +185,9 @@ def _child(spec: dict[str, Any], conn_fd: int, log_fd: int) -> None:
         _become_candidate(spec, conn_fd, log_fd)
         code = 0
     except BaseException:  # noqa: BLE001 - the fork must never return into the zygote
+        # Once the log is stderr its own descriptor is closed (its number may be reused).
         with contextlib.suppress(OSError):
-            os.write(log_fd, traceback.format_exc().encode())
+            os.write(2 if _stderr_is_log else log_fd, traceback.format_exc().encode())
     os._exit(code)
 
 
@@ -192,7 +211,7 @@ def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    children: set[int] = set()
+    children: dict[int, list[str]] = {}  # pid -> the cgroups of its job
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
@@ -208,7 +227,9 @@ def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
                 return
             if pid == 0:
                 return
-            children.discard(pid)
+            # Whatever the job started dies with it, detached or not, before the grader
+            # hears that it ended.
+            kill_all(children.pop(pid, []))
             send({"exited": pid, "status": _returncode(status)})
 
     if problem:
@@ -238,15 +259,16 @@ def zygote_main(control_fd: int, device: str, arch: int | None) -> None:
                     _child(spec, conn_fd, log_fd)
                 os.close(conn_fd)
                 os.close(log_fd)
-                children.add(pid)
+                children[pid] = [str(d) for d in spec.get("cgroup_dirs", [])]
                 send({"spawned": pid})
             reap()
     except (BrokenPipeError, ConnectionResetError):
         return
     finally:
-        for pid in children:
+        for pid, cgroups in children.items():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+            kill_all(cgroups)
 
 
 # -- the grader's side ------------------------------------------------------------------------

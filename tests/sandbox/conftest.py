@@ -20,12 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
 
 from sandbox.client import SandboxClient
+
+if TYPE_CHECKING:
+    from sandbox.api import LocalSandbox
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
@@ -105,16 +108,20 @@ WRONG_RELU = _KERNEL.format(value="x") + "\ndef triton_fused_operator(tensor_0):
 CRASHING = _KERNEL.format(value="tl.maximum(x, 0.0)") + (
     '\ndef triton_fused_operator(tensor_0):\n    raise RuntimeError("boom")\n'
 )
-# Kills its own process.
+# Kills its own process (with nothing the static gate refuses: a kernel's wild read, which
+# under the CPU interpreter is a segfault and on a GPU an illegal address).
 ABORTING = _KERNEL.format(value="tl.maximum(x, 0.0)") + (
-    "\ndef triton_fused_operator(tensor_0):\n    import os\n    os.abort()\n"
+    "\n@triton.jit\ndef wild_read(out_ptr):\n    tl.store(out_ptr, tl.load(out_ptr + (1 << 40)))\n"
+    "\n\ndef triton_fused_operator(tensor_0):\n    out = torch.empty_like(tensor_0)\n"
+    "    wild_read[(1,)](out)\n    return [out]\n"
 )
 # Never returns: only the wall-clock budget (or a deadline) ends it.
 HANGING = _KERNEL.format(value="tl.maximum(x, 0.0)") + (
     "\ndef triton_fused_operator(tensor_0):\n    while True:\n        pass\n"
 )
-# Correct, but takes a few seconds to import: a job that stays in flight for a while.
-SLOW_GOOD_RELU = "import time\ntime.sleep(3)\n" + GOOD_RELU
+# Correct, but takes a few seconds to import: a job that stays in flight for a while (a
+# constant computed at import: the static gate allows no other module-level work).
+SLOW_GOOD_RELU = "_IMPORT_DELAY = sum(range(200_000_000))\n" + GOOD_RELU
 SYNTAX_ERROR = "def triton_fused_operator(tensor_0:\n    return [tensor_0]\n"
 NO_ENTRY_POINT = _KERNEL.format(value="tl.maximum(x, 0.0)")
 NO_TRITON_KERNEL = (
@@ -308,3 +315,19 @@ def sandbox_server(sandbox_server_process: ServerProcess) -> str:
 def sandbox_client(sandbox_server: str) -> Iterator[SandboxClient]:
     with SandboxClient(sandbox_server, timeout_s=120) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def ungated_sandbox() -> Iterator[LocalSandbox]:
+    """A local sandbox (one worker, the session server's device and isolation) with the
+    static gate off: for tests of the checks behind it, with candidates the gate refuses."""
+    from sandbox.api import LocalSandbox
+    from sandbox.config import SandboxConfig
+
+    device = os.environ.get("DRTRITON_TEST_DEVICE", "cpu")
+    if device == "cpu" and cpu_interpreter_problem():
+        pytest.skip(cpu_interpreter_problem())
+    weak = os.environ.get("DRTRITON_TEST_WEAK_ISOLATION") == "1"
+    config = SandboxConfig(device=device, workers=1, allow_weak_isolation=weak, static_gate=False)
+    with LocalSandbox(config) as sandbox:
+        yield sandbox

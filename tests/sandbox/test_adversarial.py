@@ -5,8 +5,11 @@ per attempt, its expected verdict in its first line. They are submitted with
 `timing=False` to the session's `drtriton sandbox serve --device cpu --workers 2`,
 two at a time so that both workers stay busy. Escape attempts (network, files
 outside the job directory, processes that outlive the job) are templates filled in
-here and judged by what happened on the host, not only by their verdict. The last
-test checks that the server is still healthy and still grades a good kernel.
+here and judged by what happened on the host, not only by their verdict; they, and the
+cases whose defence behind the static gate is the process's limits, also run through a
+local sandbox with the gate off (`SandboxConfig.static_gate`), so that what stands behind
+it is shown to hold. The last test checks that the server is still healthy and still
+grades a good kernel.
 """
 
 from __future__ import annotations
@@ -22,12 +25,16 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from sandbox.client import SandboxClient
 from sandbox.result import VerifyResult
 from tests.sandbox.cases.manifest import Case, check_manifest, load_cases
+
+if TYPE_CHECKING:
+    from sandbox.api import LocalSandbox
 
 ADVERSARIAL = load_cases("adversarial")
 ADVERSARIAL_BY_NAME = {case.name: case for case in ADVERSARIAL}
@@ -47,6 +54,18 @@ def verify_case(client: SandboxClient, case: Case, **fill: str) -> VerifyResult:
         timeout_s=JOB_TIMEOUT_S,
         **case.options,
     )
+
+
+def verify_ungated(sandbox: LocalSandbox, case: Case, **fill: str) -> VerifyResult:
+    """Submit one case (placeholders filled) to a sandbox without the static gate."""
+    return sandbox.verify(
+        case.problem_source(), case.candidate_source(**fill), timing=False, **case.options
+    )
+
+
+def behind_the_gate(expect: tuple[str, ...]) -> tuple[str, ...]:
+    """The verdicts a case may get from the checks behind the static gate."""
+    return tuple(verdict for verdict in expect if verdict != "disallowed_code")
 
 
 def explain(case: Case, result: VerifyResult) -> str:
@@ -96,8 +115,9 @@ def test_manifest_matches_case_files() -> None:
 # Cheats that only Triton's CPU interpreter lets through: it runs a kernel body as
 # plain Python over host memory. On a GPU the compiler rejects PyTorch calls in a
 # kernel and tensors live in device memory, out of NumPy's reach (DESIGN: a CPU pass
-# is necessary, not sufficient). Strict: they must start failing when fixed.
-INTERPRETER_GAPS = {"fallback_in_interpreted_kernel", "fallback_numpy_raw_memory"}
+# is necessary, not sufficient). Strict: they must start failing when fixed. The static
+# gate closed the two known ones (a kernel body calling host code; NumPy and ctypes).
+INTERPRETER_GAPS: set[str] = set()
 # On a GPU, tensors live in device memory: reading them through raw host pointers
 # (ctypes, NumPy) crashes the candidate before any answer exists. And they cross
 # between grader and candidate in shared device memory, not files: there is no
@@ -123,6 +143,15 @@ def candidate_uid(sandbox_client: SandboxClient) -> int:
     return 0
 
 
+def expected(case: Case, expect: tuple[str, ...], candidate_uid: int) -> tuple[str, ...]:
+    """`expect`, with what a GPU or an unprivileged candidate may get instead."""
+    if os.environ.get("DRTRITON_TEST_DEVICE", "cpu") == "cuda":
+        expect = expect + GPU_VERDICTS.get(case.name, ())
+    if candidate_uid != 0:
+        expect = expect + UNPRIVILEGED_VERDICTS.get(case.name, ())
+    return expect
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -145,23 +174,48 @@ def test_adversarial_verdict(
 ) -> None:
     """The candidate is rejected, with the verdict its header names."""
     result = submitted[case.id].result(timeout=JOB_TIMEOUT_S * 2)
-    expect = case.expect
-    if os.environ.get("DRTRITON_TEST_DEVICE", "cpu") == "cuda":
-        expect = expect + GPU_VERDICTS.get(case.name, ())
-    if candidate_uid != 0:
-        expect = expect + UNPRIVILEGED_VERDICTS.get(case.name, ())
+    assert result.verdict in expected(case, case.expect, candidate_uid), explain(case, result)
+
+
+# Cases the static gate refuses whose defence behind it is the process's limits and the
+# grader's reading of what the process left: without the gate, the verdicts they had before it.
+BEHIND_THE_GATE = {
+    "stdout_flood": ("resource_limit",),
+    "stdout_flood_ignore_sigxfsz": ("resource_limit",),
+    "infinite_loop": ("timeout",),
+    "os_exit": ("runtime_error",),
+    "segfault_ctypes": ("runtime_error",),
+    "kill_parent": ("runtime_error", "tampering"),
+    "pipe_forgery": ("wrong_output", "tampering"),
+    "memory_hog_numpy": ("resource_limit",),
+}
+SLOW_BEHIND_THE_GATE = {"memory_hog_numpy"}  # fills its memory limit: ~20 s on 2 CPU cores
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.slow] if name in SLOW_BEHIND_THE_GATE else [])
+        for name in BEHIND_THE_GATE
+    ],
+)
+def test_adversarial_verdict_behind_the_gate(
+    name: str, ungated_sandbox: LocalSandbox, candidate_uid: int
+) -> None:
+    case = ADVERSARIAL_BY_NAME[name]
+    assert case.expect == ("disallowed_code",), "the gate lets it through: see its own test"
+    result = verify_ungated(ungated_sandbox, case)
+    expect = expected(case, BEHIND_THE_GATE[name], candidate_uid)
     assert result.verdict in expect, explain(case, result)
 
 
-def test_failed_harness_step_names_its_reason(submitted: dict[str, Future[VerifyResult]]) -> None:
+def test_failed_harness_step_names_its_reason(ungated_sandbox: LocalSandbox) -> None:
     """When a step of the harness itself fails (here the output file is gone), the
-    verdict says why; the process does not just vanish with an exit status."""
-    future = submitted.get("adversarial/sabotage_output_file")
-    if future is None:
-        pytest.skip("the case was deselected")
+    verdict says why; the process does not just vanish with an exit status. (The static
+    gate refuses the case: this is the harness behind it.)"""
     if os.environ.get("DRTRITON_TEST_DEVICE", "cpu") == "cuda":
         pytest.skip("on a GPU outputs travel in shared device memory: no file to break")
-    result = future.result(timeout=JOB_TIMEOUT_S * 2)
+    result = verify_ungated(ungated_sandbox, ADVERSARIAL_BY_NAME["sabotage_output_file"])
     assert result.verdict == "runtime_error", explain(
         ADVERSARIAL_BY_NAME["sabotage_output_file"], result
     )
@@ -216,16 +270,16 @@ def listener() -> Iterator[LoopbackListener]:
 
 
 def test_no_network_from_candidate(
-    sandbox_client: SandboxClient, listener: LoopbackListener
+    ungated_sandbox: LocalSandbox, listener: LoopbackListener
 ) -> None:
     """A candidate cannot reach a listener on the host's loopback."""
     case = ESCAPES["socket_loopback"]
-    result = verify_case(sandbox_client, case, port=str(listener.port))
+    result = verify_ungated(ungated_sandbox, case, port=str(listener.port))
     time.sleep(0.5)  # let a late connection land before looking
     assert listener.connections == [], (
         f"the candidate connected to the host: {listener.connections}\n{explain(case, result)}"
     )
-    assert result.verdict in case.expect, explain(case, result)
+    assert result.verdict in behind_the_gate(case.expect), explain(case, result)
 
 
 @pytest.mark.parametrize(
@@ -233,16 +287,16 @@ def test_no_network_from_candidate(
     [("write_tmp", Path("/tmp")), ("write_home", Path.home())],
     ids=["tmp", "home"],
 )
-def test_no_file_outside_job_dir(sandbox_client: SandboxClient, name: str, directory: Path) -> None:
+def test_no_file_outside_job_dir(ungated_sandbox: LocalSandbox, name: str, directory: Path) -> None:
     """A file the candidate writes outside its job directory never appears on the host."""
     case = ESCAPES[name]
     target = directory / f"drtriton-escape-{uuid.uuid4().hex}"
     try:
-        result = verify_case(sandbox_client, case, path=str(target))
+        result = verify_ungated(ungated_sandbox, case, path=str(target))
         assert not target.exists(), (
             f"the candidate created {target} on the host\n{explain(case, result)}"
         )
-        assert result.verdict in case.expect, explain(case, result)
+        assert result.verdict in behind_the_gate(case.expect), explain(case, result)
     finally:
         with contextlib.suppress(OSError):
             target.unlink()
@@ -266,13 +320,13 @@ def _processes_with_marker(marker: str) -> list[int]:
     return found
 
 
-def test_no_process_outlives_job(sandbox_client: SandboxClient) -> None:
+def test_no_process_outlives_job(ungated_sandbox: LocalSandbox) -> None:
     """Detached children (new session, SIGTERM ignored) die with the job."""
     case = ESCAPES["detached_child"]
     marker = f"drtriton-orphan-{uuid.uuid4().hex}"
     survivors: list[int] = []
     try:
-        result = verify_case(sandbox_client, case, marker=marker)
+        result = verify_ungated(ungated_sandbox, case, marker=marker)
         deadline = time.monotonic() + 10
         survivors = _processes_with_marker(marker)
         while survivors and time.monotonic() < deadline:
@@ -282,7 +336,7 @@ def test_no_process_outlives_job(sandbox_client: SandboxClient) -> None:
             f"processes started by the candidate outlived the job: {survivors}\n"
             f"{explain(case, result)}"
         )
-        assert result.verdict in case.expect, explain(case, result)
+        assert result.verdict in behind_the_gate(case.expect), explain(case, result)
     finally:
         for pid in survivors:  # only processes carrying this test's own marker
             with contextlib.suppress(OSError):

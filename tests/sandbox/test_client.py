@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -32,6 +34,7 @@ from tests.sandbox.conftest import (
     HANGING,
     NO_ENTRY_POINT,
     RELU_PROBLEM,
+    REPO_ROOT,
     SYNTAX_ERROR,
     WRONG_RELU,
     free_port,
@@ -87,6 +90,23 @@ def test_error_classes_say_whose_fault() -> None:
     assert issubclass(SandboxInvalidRequestError, InvalidRequestError)
 
 
+def test_importing_the_client_imports_neither_torch_nor_triton() -> None:
+    """A learner host imports the client; torch and Triton are the sandbox host's."""
+    check = (
+        "import sys, sandbox.client; "
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", check],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=True,
+    )
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
 # -- retries against a scripted server ---------------------------------------------------------
 
 
@@ -97,10 +117,14 @@ class ScriptedSandbox(sandbox_pb2_grpc.SandboxServicer):
         self.script = list(script)
         self.calls = 0
         self.lock = threading.Lock()
+        self.authorization: list[str] = []
 
     def Verify(self, request: pb.VerifyRequest, context: grpc.ServicerContext) -> pb.VerifyResponse:  # noqa: N802
         with self.lock:
             self.calls += 1
+            self.authorization += [
+                v for k, v in context.invocation_metadata() if k == "authorization"
+            ]
             code = self.script.pop(0) if self.script else grpc.StatusCode.OK
         if request.candidate.startswith("always:"):
             code = grpc.StatusCode[request.candidate.split(":", 1)[1]]
@@ -227,6 +251,23 @@ def test_async_client_retries_and_keeps_order(scripted) -> None:  # noqa: ANN001
     messages = asyncio.run(main())
     assert messages[:11] == ["solo"] + [str(i) for i in range(10)]
     assert messages[11].startswith("RESOURCE_EXHAUSTED:")
+
+
+def test_both_clients_send_the_token_from_the_environment(scripted, monkeypatch) -> None:  # noqa: ANN001
+    servicer, target = scripted
+    monkeypatch.setenv("DRTRITON_SANDBOX_TOKEN", "from-the-environment")
+    with SandboxClient(target) as client:
+        client.verify("p", "sync")
+
+    async def main() -> None:
+        async with AsyncSandboxClient(target, token="given-explicitly") as client:
+            await client.verify("p", "async")
+
+    asyncio.run(main())
+    monkeypatch.delenv("DRTRITON_SANDBOX_TOKEN")
+    with SandboxClient(target) as client:
+        client.verify("p", "none")
+    assert servicer.authorization == ["Bearer from-the-environment", "Bearer given-explicitly"]
 
 
 def test_unreachable_server_is_an_infrastructure_error() -> None:

@@ -44,32 +44,53 @@ class FakeJit:
 
 
 @pytest.fixture
-def launcher(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(guard, "_LAUNCHER_CLASSES", [FakeJit])
-    return guard._wrap_launcher(lambda self, *a, **k: FakeJit.run(self, *a, **k))
+def state() -> Any:
+    return guard._State()
 
 
-def test_a_compile_launch_compiles_and_loads_but_runs_nothing(launcher: Any) -> None:
+@pytest.fixture
+def launcher(state: Any) -> Any:
+    def refuse(kind: str, what: str, raising: bool = True) -> None:
+        raise AssertionError(what)
+
+    return guard._launcher(
+        lambda self, *a, **k: FakeJit.run(self, *a, **k), [FakeJit], state, refuse
+    )
+
+
+def test_a_compile_launch_compiles_and_loads_but_runs_nothing(launcher: Any, state: Any) -> None:
     fn = FakeJit()
-    with guard.candidate_call("compile"):
-        assert launcher(fn, 1, grid=(1,), warmup=False) is None
+    state.plan = "compile"
+    assert launcher(fn, 1, grid=(1,), warmup=False) is None
     assert fn.calls == [True]  # compiled through Triton's warm-up path only
     assert fn.kernel.loaded  # module and launcher loaded ahead of the trials
-    assert guard.launches == 0  # not a launch: the trials count launches
-    with guard.candidate_call("normal"):
-        launcher(fn, 1, grid=(1,), warmup=False)
-    assert fn.calls == [True, False] and guard.launches == 1
+    assert state.launches == 1  # an attempt: a call that launches nothing is told apart
+    state.plan, state.launches = "normal", 0
+    launcher(fn, 1, grid=(1,), warmup=False)
+    assert fn.calls == [True, False] and state.launches == 1
 
 
-def test_a_kernel_that_fails_to_compile_is_left_for_the_first_trial(launcher: Any) -> None:
+def test_a_no_launch_call_returns_what_a_launch_returns_and_runs_nothing(
+    launcher: Any, state: Any
+) -> None:
+    fn = FakeJit()
+    state.plan = "noop"
+    assert launcher(fn, 1, grid=(1,), warmup=False) is fn.kernel  # as a real launch returns
+    assert fn.calls == [True] and state.launches == 1
+
+
+def test_a_kernel_that_fails_to_compile_is_left_for_the_first_trial(
+    launcher: Any, state: Any
+) -> None:
     fn = FakeJit(fail=True)
-    with guard.candidate_call("compile"):
-        assert launcher(fn, 1, grid=(1,), warmup=False) is None
-    with guard.candidate_call("normal"), pytest.raises(RuntimeError, match="CompilationError"):
+    state.plan = "compile"
+    assert launcher(fn, 1, grid=(1,), warmup=False) is None
+    state.plan = "normal"
+    with pytest.raises(RuntimeError, match="CompilationError"):
         launcher(fn, 1, grid=(1,), warmup=False)
 
 
-def test_an_autotuned_kernel_compiles_every_config_and_tunes_nothing() -> None:
+def test_an_autotuned_kernel_compiles_every_config_and_tunes_nothing(state: Any) -> None:
     compiled: list[dict[str, Any]] = []
     tuned: list[str] = []
 
@@ -90,14 +111,14 @@ def test_an_autotuned_kernel_compiles_every_config_and_tunes_nothing() -> None:
             assert self.nargs == {"x": "X", "n": 7}  # pruning sees the arguments
             return [Config(64), Config(128)]
 
-    run = guard._wrap_autotuner(lambda self, *a, **k: tuned.append("benchmarked"), False)
+    run = guard._wrap_autotuner(lambda self, *a, **k: tuned.append("benchmarked"), False, state)
     tuner = FakeTuner()
-    with guard.candidate_call("compile"):
-        assert run(tuner, "X", 7, grid=(1,), warmup=False) is None
+    state.plan = "compile"
+    assert run(tuner, "X", 7, grid=(1,), warmup=False) is None
     assert [k["BLOCK"] for k in compiled] == [64, 128]
     assert tuned == [] and tuner.cache == {} and tuner.nargs is None
-    with guard.candidate_call("normal"):
-        run(tuner, "X", 7, grid=(1,), warmup=False)
+    state.plan = "normal"
+    run(tuner, "X", 7, grid=(1,), warmup=False)
     assert tuned == ["benchmarked"]
 
 
@@ -111,15 +132,21 @@ def _bare_process() -> tuple[CandidateProcess, Any]:
     return proc, child
 
 
+def _run_reply(seq: int) -> dict[str, Any]:
+    """What the harness answers a `run` command that asked for no outputs."""
+    seconds = {"call_s": 0.01, "inputs_s": 0.0, "outputs_s": 0.0, "harness_s": 0.02}
+    return {"ok": True, "seq": seq, "launches": 1, "count": 0, "outputs": [], **seconds}
+
+
 def _answer_after(child: Any, seconds: float, forged: int = 0) -> threading.Thread:
     """Reply like the harness (echoing `seq`), after `forged` replies of the candidate's own."""
 
     def answer() -> None:
         seq = child.recv()["seq"]
         for _ in range(forged):
-            child.send_bytes(json.dumps({"ok": True, "forged": True}).encode())
+            child.send_bytes(json.dumps({**_run_reply(seq + 1), "launches": 7}).encode())
         time.sleep(seconds)
-        child.send_bytes(json.dumps({"ok": True, "seq": seq}).encode())
+        child.send_bytes(json.dumps(_run_reply(seq)).encode())
 
     thread = threading.Thread(target=answer)
     thread.start()
@@ -137,7 +164,7 @@ def test_a_slow_reply_ends_the_lease_once_and_still_arrives(
         time.monotonic() + 10, lease=(0.2, lambda: ends.append(time.monotonic())), cmd="run"
     )
     thread.join()
-    assert reply == {"ok": True, "seq": 1}
+    assert reply == _run_reply(1)
     assert len(ends) == expired
 
 
@@ -147,12 +174,12 @@ def test_replies_forged_on_the_pipe_are_dropped() -> None:
     thread = _answer_after(child, 0.0, forged=3)
     reply = proc.request(time.monotonic() + 10, cmd="run")
     thread.join()
-    assert reply == {"ok": True, "seq": 1}
+    assert reply == _run_reply(1)
 
 
 def test_a_flood_of_forged_replies_is_tampering() -> None:
     proc, child = _bare_process()
-    proc.kill = lambda: None  # type: ignore[method-assign]
+    proc.stop = lambda: None  # type: ignore[method-assign]
     thread = _answer_after(child, 0.0, forged=100)
     with pytest.raises(CandidateDied) as died:
         proc.request(time.monotonic() + 10, cmd="run")
@@ -201,11 +228,15 @@ def _kernel(check: str) -> str:
     return KERNEL.replace("@@CHECK@@", check)
 
 
+# The candidates below keep a record of their calls at module level, which the static gate
+# refuses (state across calls): they run behind it (`SandboxConfig.static_gate`).
+
+
 def test_the_first_call_sees_the_trials_shapes_and_is_timed_as_compile(
-    sandbox_client: Any,
+    ungated_sandbox: Any,
 ) -> None:
     same = "assert CALLS[0] == CALLS[-1], CALLS"
-    result = sandbox_client.verify(PROBLEM, _kernel(same), timing=False)
+    result = ungated_sandbox.verify(PROBLEM, _kernel(same), timing=False)
     assert result.verdict == "correct", result.message
     assert "compile" in result.stage_seconds
     # The candidate process's own start-up, step by step (parts of no job stage: dotted).
@@ -214,10 +245,10 @@ def test_the_first_call_sees_the_trials_shapes_and_is_timed_as_compile(
     )
 
 
-def test_what_a_candidate_does_wrong_on_its_first_call_is_judged(sandbox_client: Any) -> None:
+def test_what_a_candidate_does_wrong_on_its_first_call_is_judged(ungated_sandbox: Any) -> None:
     """A candidate cannot misbehave once, unseen, while its kernels compile."""
     crash_once = "if len(CALLS) == 1: raise RuntimeError('first call')"
-    result = sandbox_client.verify(PROBLEM, _kernel(crash_once), timing=False)
+    result = ungated_sandbox.verify(PROBLEM, _kernel(crash_once), timing=False)
     assert result.verdict == "runtime_error"
     assert "first call" in result.message
     assert result.trials == []  # rejected before any trial ran

@@ -170,9 +170,12 @@ def test_result_round_trips_through_the_wire_message() -> None:
 
 
 def _with_guard(code: str) -> str:
-    """What `code` prints in a fresh process with the candidate guard installed, as a
-    candidate process has it (the guard's modes are per process)."""
-    setup = "import sys, torch; from sandbox import guard; guard.install()\n"
+    """What `code` prints in a fresh process with the candidate's instruments installed
+    (`inst`), as a candidate process has them (the guard is per process)."""
+    setup = (
+        "import sys, torch; from sandbox import guard; inst = guard.install()\n"
+        "why = lambda error: 'runtime_error'\n"
+    )
     done = subprocess.run(
         [sys.executable, "-c", setup + code],
         capture_output=True,
@@ -183,40 +186,54 @@ def _with_guard(code: str) -> str:
     return done.stdout.strip()
 
 
-def test_poison_mode_does_not_import_dynamo() -> None:
+def test_the_guard_does_not_import_dynamo() -> None:
     # Entering the guard's dispatch mode must stay cheap: Dynamo's import costs over a
     # second of CPU in every candidate process.
     code = (
-        "with guard.candidate_call('poison'):\n"
+        "with inst.call('normal', why):\n"
         "    torch.ones(3) + 1\n"
         "print('torch._dynamo' in sys.modules)"
     )
     assert _with_guard(code) == "False"
 
 
+def test_pytorch_compute_is_refused_on_every_call() -> None:
+    """Whatever the call (trial, no-launch, compile pass), a compute op does not run: its
+    result is NaN and the call is reported; allocation and constant fills stay as asked."""
+    code = (
+        "for plan in ('normal', 'noop', 'compile'):\n"
+        "    with inst.call(plan, why) as call:\n"
+        "        z = torch.zeros(3); s = torch.ones(3) + 1; t = torch.full((2,), 7.0)\n"
+        "    print(plan, z.tolist(), bool(s.isnan().all()), t.tolist(), call.report.failure())"
+    )
+    lines = _with_guard(code).splitlines()
+    refused = "('no_triton_kernel', 'PyTorch computed aten.add outside a Triton kernel, and no "
+    for plan, line in zip(("normal", "noop", "compile"), lines, strict=True):
+        assert line.startswith(f"{plan} [0.0, 0.0, 0.0] True [7.0, 7.0] {refused}"), line
+
+
 def test_noop_calls_get_nan_for_fresh_memory() -> None:
     # On a GPU, PyTorch's caching allocator gives `torch.empty` the block the previous
     # call's output freed: with launches skipped, a nearly constant answer would survive.
     code = (
-        "with guard.candidate_call('noop') as call:\n"
+        "with inst.call('noop', why) as call:\n"
         "    f = torch.empty(5); i = torch.empty_like(f, dtype=torch.int32)\n"
-        "    v = f.new_empty((2, 3)); z = torch.zeros(3); s = torch.ones(3) + 1\n"
-        "    tampered = guard.intact(call.poison)\n"
+        "    v = f.new_empty((2, 3)); z = torch.zeros(3)\n"
         "print(bool(f.isnan().all()), bool(v.isnan().all()), bool((i == -123456789).all()),\n"
-        "      z.tolist(), s.tolist(), tampered)"
+        "      z.tolist(), call.report.failure())"
     )
-    assert _with_guard(code) == "True True True [0.0, 0.0, 0.0] [2.0, 2.0, 2.0] None"
+    assert _with_guard(code) == "True True True [0.0, 0.0, 0.0] None"
 
 
 def test_every_dtype_is_poisoned_within_its_range() -> None:
     # An int8 or int16 result once raised (the int32 sentinel overflows them): the poison
     # check failed with the candidate's runtime error instead of judging it. Floats are
-    # written as NaN's bits through an integer view (`guard._NAN_BITS`).
+    # written as NaN's bits through an integer view (`guard_ops._NAN_BITS`).
     dtypes = (
         "float16, bfloat16, float32, float64, complex64, bool, uint8, int8, int16, int32, int64"
     )
     code = (
-        "with guard.candidate_call('noop'):\n"
+        "with inst.call('noop', why):\n"
         f"    made = [torch.empty(4, dtype=getattr(torch, d)) for d in '{dtypes}'.split(', ')]\n"
         "print(sorted({str(t.flatten()[0].item()) for t in made}))\n"
         "print(all(bool(t.isnan().all()) for t in made if t.is_floating_point()))"
@@ -346,33 +363,35 @@ def test_gpu_memory_figures_cross_the_wire() -> None:
 def test_a_few_stray_infinities_do_not_make_a_problem_ill_posed() -> None:
     """A GPU's normal sampler draws an exact 0.0 about once in 2^24: a GiB `div` has a few
     Infs in every draw, which the candidate must match; more than that is ill-posed."""
-    from sandbox.grader import NONFINITE_LIMIT, Grader, Rejected
+    from sandbox.grading.job import Rejected
+    from sandbox.grading.judgment import NONFINITE_LIMIT, check_reference
 
     answer = torch.ones(4_000_000)
     answer[[7, 123_456]] = torch.tensor([float("inf"), float("-inf")])
     assert NONFINITE_LIMIT * answer.numel() >= 2
-    Grader._check_reference([answer])  # accepted
+    check_reference([answer])  # accepted
     answer[::1000] = float("nan")
     with pytest.raises(Rejected) as rejected:
-        Grader._check_reference([answer])
+        check_reference([answer])
     assert rejected.value.verdict == "bad_problem" and "4002 of 4000000" in rejected.value.message
     with pytest.raises(Rejected):
-        Grader._check_reference([torch.full((8,), float("nan"))])
+        check_reference([torch.full((8,), float("nan"))])
 
 
 def test_a_stray_zero_in_a_broadcast_divisor_is_one_row_of_infinities() -> None:
     """An exact 0.0 in a [rows, 1] divisor makes a whole row of Infs: still a draw, not
     an ill-posed problem; two rows' worth more than that is."""
-    from sandbox.grader import NONFINITE_LIMIT, STRAY_DRAWS, Grader, Rejected
+    from sandbox.grading.job import Rejected
+    from sandbox.grading.judgment import NONFINITE_LIMIT, STRAY_DRAWS, check_reference
 
     numerator, divisor = torch.randn(4_000, 1_000), torch.randn(4_000, 1)
     divisor[17] = 0.0
     answer = numerator / divisor
     assert int((~answer.isfinite()).sum()) == 1_000 > NONFINITE_LIMIT * answer.numel()
-    Grader._check_reference([answer], [numerator, divisor])  # accepted
+    check_reference([answer], [numerator, divisor])  # accepted
     divisor[: STRAY_DRAWS + 1] = 0.0
     with pytest.raises(Rejected, match="bad_problem|NaN or Inf"):
-        Grader._check_reference([numerator / divisor], [numerator, divisor])
+        check_reference([numerator / divisor], [numerator, divisor])
     # Not for a scalar input: a zero there would be an all-Inf answer.
     with pytest.raises(Rejected):
-        Grader._check_reference([numerator / 0.0], [numerator, torch.zeros(())])
+        check_reference([numerator / 0.0], [numerator, torch.zeros(())])

@@ -72,11 +72,14 @@ CHEATS = [
 
 @pytest.fixture(scope="module")
 def gpu_sandbox() -> Iterator[LocalSandbox]:
-    """A local CUDA sandbox (same isolated pipeline as the server), one worker."""
+    """A local CUDA sandbox (same isolated pipeline as the server), one worker, without the
+    static gate: it refuses every cheat here (`test_gate_corpora`), and these tests are of
+    the timing checks behind it."""
     from sandbox.api import LocalSandbox
     from sandbox.config import SandboxConfig
 
-    sandbox = LocalSandbox(SandboxConfig(device="cuda", workers=1, allow_weak_isolation=True))
+    config = SandboxConfig(device="cuda", workers=1, allow_weak_isolation=True, static_gate=False)
+    sandbox = LocalSandbox(config)
     try:
         yield sandbox
     finally:

@@ -18,7 +18,9 @@ import torch
 
 from sandbox import compare, device_share
 from sandbox.config import SandboxConfig
-from sandbox.grader import Grader, Job, _add_reported_stage, _widened_in_place
+from sandbox.grader import Grader, Job
+from sandbox.grading import gpu, judgment
+from sandbox.grading.stages import add_reported_stage
 from sandbox.problem import load_problem
 from sandbox.result import VerifyResult
 from tests.sandbox.conftest import _KERNEL, GOOD_RELU, RELU_PROBLEM
@@ -69,7 +71,7 @@ def test_a_runs_parts_are_accounted_inside_their_stages(grader: Grader) -> None:
     stages = result.stage_seconds
     parts = {"reference.draw", "run.exchange", "run.round_trip", "run.harness", "run.call"}
     assert parts | {"run.judge"} <= set(stages)
-    runs = sum(stages[s] for s in ("first_trial", "trials", "poison_check", "noop_check"))
+    runs = sum(stages[s] for s in ("first_trial", "trials", "noop_check"))
     assert stages["run.exchange"] + stages["run.round_trip"] + stages["run.judge"] <= runs
     assert stages["reference.draw"] <= stages["reference"]
     # As the candidate's harness reports them: inside the grader's round trip.
@@ -82,22 +84,22 @@ def test_a_known_problem_takes_no_share_of_the_gpu_for_its_degeneracy(
     """Each share may wait out other jobs' timed loops: the problem's first job (the
     fixture's) checked it, so this one's shares are its candidate's runs alone."""
     shares: list[int] = []
-    shared = grader._shared
+    shared = gpu.shared_hold
 
-    def counted(result: VerifyResult) -> Any:
+    def counted(gate: Any, result: VerifyResult) -> Any:
         shares.append(1)
-        return shared(result)
+        return shared(gate, result)
 
-    monkeypatch.setattr(grader, "_shared", counted)
+    monkeypatch.setattr(gpu, "shared_hold", counted)
     result = grader.grade(_job(GOOD_RELU))
     assert result.correct, result.message
-    assert len(shares) == TRIALS + 2  # the trials, the poison and the no-op checks
+    assert len(shares) == TRIALS + 1  # the trials and the no-launch call among them
 
 
 def test_seconds_the_harness_reports_count_only_when_plausible() -> None:
     result = VerifyResult(verdict="correct")
     for reported in (None, "fast", -1.0, math.nan, math.inf, 0.25, 0.5):
-        _add_reported_stage(result, "run.call", reported)
+        add_reported_stage(result, "run.call", reported)
     assert result.stage_seconds == {"run.call": 0.75}
 
 
@@ -119,9 +121,10 @@ def triton_fused_operator(tensor_0):
 
 
 def test_a_cached_answer_is_named_from_fingerprints_read_only_on_failure(
-    grader: Grader,
+    ungated_sandbox: Any,
 ) -> None:
-    result = grader.grade(_job(CACHING))
+    """Behind the static gate, which refuses the module-level record of calls."""
+    result = ungated_sandbox.verify(RELU_PROBLEM, CACHING, timing=False, trials=TRIALS)
     assert result.verdict == "wrong_output"
     assert result.message.startswith("trial 1:") and "cached?" in result.message
 
@@ -149,7 +152,7 @@ def test_the_float64_reference_runs_without_the_float32_inputs_beside_it(
         inputs = problem.make_inputs(0)
         expected = problem.reference(inputs)
         held = probe.restart_peak()
-        (noise,) = Grader._rounding_noise(problem, inputs, expected, 1e-4, 1e-4)
+        (noise,) = judgment.rounding_noise(problem, inputs, expected, 1e-4, 1e-4)
         widened = probe.peak - held
         held = probe.restart_peak()
         problem.reference_float64(inputs)  # beside the float32 inputs, for comparison
@@ -169,7 +172,7 @@ def test_widened_in_place_restores_every_input_exactly() -> None:
     a = torch.randn(5) * 1e-40  # float32 subnormals survive the round trip
     half, index, wide = torch.randn(3).half(), torch.arange(4), torch.randn(2).double()
     values: list[Any] = [a, a, half, index, 3.0, wide]
-    with _widened_in_place(values):
+    with judgment.widened_in_place(values):
         assert [getattr(v, "dtype", None) for v in values] == [torch.float64] * 3 + [
             torch.int64,
             None,
@@ -230,11 +233,9 @@ def test_the_graders_peak_counts_allocator_and_buffers_at_one_moment(
 
 
 def test_a_small_cache_stays_for_the_next_job(
-    monkeypatch: pytest.MonkeyPatch, grader: Grader
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Up to `KEPT_CACHE_BYTES` the allocator's cache is kept; above it, given back."""
-    from sandbox import grader as grader_module
-
     reserved = [300 * MIB]
     emptied: list[int] = []
 
@@ -244,8 +245,8 @@ def test_a_small_cache_stays_for_the_next_job(
 
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: reserved[0])
     monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
-    grader._release_gpu_memory()
-    assert emptied == [] and grader_module.KEPT_CACHE_BYTES >= 300 * MIB
-    reserved[0] = grader_module.KEPT_CACHE_BYTES + MIB
-    grader._release_gpu_memory()
-    assert emptied == [grader_module.KEPT_CACHE_BYTES + MIB]
+    gpu.release_gpu_memory()
+    assert emptied == [] and gpu.KEPT_CACHE_BYTES >= 300 * MIB
+    reserved[0] = gpu.KEPT_CACHE_BYTES + MIB
+    gpu.release_gpu_memory()
+    assert emptied == [gpu.KEPT_CACHE_BYTES + MIB]

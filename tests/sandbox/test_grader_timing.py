@@ -20,12 +20,14 @@ import torch
 
 from sandbox.config import SandboxConfig
 from sandbox.gpu_gate import GpuGate
-from sandbox.grader import Grader, Rejected, _ProblemEntry
+from sandbox.grader import Grader
+from sandbox.grading import timed as timed_step
+from sandbox.grading.job import Job, JobContext, ProblemEntry, Rejected
 from sandbox.problem import load_problem
 from sandbox.process import CandidateDied
 from sandbox.result import VerifyResult
 from sandbox.timing import HOST_LOOP_MAX_FACTOR, HOST_LOOP_REPEATS
-from sandbox.transfer import Exchange
+from sandbox.transfer import numel_of
 
 PROBLEM = """
 import torch
@@ -59,9 +61,13 @@ class ScriptedCandidate:
 
     def request(self, deadline: float, **msg: Any) -> dict[str, Any]:
         self.commands.append(msg["cmd"])
-        if msg["cmd"] == "stage":
-            files = Exchange(self.job_dir, "cpu", shared=False)
-            self.staged = [files.read(spec) for spec in msg["inputs"]]
+        if msg["cmd"] == "stage":  # as the harness does: a copy of each file
+            self.staged = [
+                torch.from_file(
+                    spec["path"], size=numel_of(spec), dtype=getattr(torch, spec["dtype"])
+                ).view(spec["shape"])
+                for spec in msg["inputs"]
+            ]
             return {"ok": True}
         if msg["cmd"] == "ping":
             return {"ok": True}
@@ -88,20 +94,29 @@ class ScriptedCandidate:
 
 def _timing_grader(
     tmp_path: Path, problem: str, tolerance: float = 1e-4
-) -> tuple[Grader, _ProblemEntry, Path, Callable[..., VerifyResult]]:
+) -> tuple[Grader, ProblemEntry, Path, Callable[..., VerifyResult]]:
     config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5)
     grader = Grader(config, "cpu")
     grader.gate = GpuGate(str(tmp_path))  # what a GPU grader has; timing takes it alone
-    entry = _ProblemEntry(load_problem(problem, "functional", "cpu", str(tmp_path)))
+    entry = ProblemEntry(load_problem(problem, "functional", "cpu", str(tmp_path)))
     job_dir = tmp_path / "job"
     job_dir.mkdir()
 
     def run(candidate: ScriptedCandidate, slowest_call_s: float = 0.001) -> VerifyResult:
         result = VerifyResult(verdict="correct")
-        deadline = time.monotonic() + 60
-        grader._time(  # type: ignore[arg-type]
-            entry, candidate, deadline, tolerance, tolerance, 1, slowest_call_s, result
+        context = JobContext(
+            job=Job(problem=problem, candidate=""),
+            entry=entry,
+            atol=tolerance,
+            rtol=tolerance,
+            deadline=time.monotonic() + 60,
+            base_seed=1,
+            result=result,
+            config=config,
+            device="cpu",
+            gate=grader.gate,
         )
+        timed_step.time_candidate(context, candidate, slowest_call_s)  # type: ignore[arg-type]
         return result
 
     return grader, entry, job_dir, run
@@ -130,9 +145,7 @@ def test_a_timed_loop_that_outlasts_its_lease_is_killed_as_a_timeout(
     timed: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A loop far slower than its trials would hold every other job's GPU work: bounded."""
-    import sandbox.grader
-
-    monkeypatch.setattr(sandbox.grader, "TIMING_LEASE_S", 0.3)
+    monkeypatch.setattr(timed_step, "TIMING_LEASE_S", 0.3)
     job_dir, run = timed
     candidate = ScriptedCandidate(job_dir, torch.relu, event_ms=1.0)
     candidate.hang = True
@@ -145,15 +158,14 @@ def test_a_timed_loop_that_outlasts_its_lease_is_killed_as_a_timeout(
 
 
 def test_timed_loops_of_slow_calls_are_shorter() -> None:
-    from sandbox.grader import _loop_sizes
     from sandbox.timing import MIN_TIMED_RUNS, TIMED_LOOP_BUDGET_MS, runs_within_budget
 
     assert runs_within_budget(0.01, 50) == 50
     assert runs_within_budget(TIMED_LOOP_BUDGET_MS / 20, 50) == 20
     assert runs_within_budget(10 * TIMED_LOOP_BUDGET_MS, 50) == MIN_TIMED_RUNS
     assert runs_within_budget(0.0, 50) == 50  # no estimate: the configured loop
-    assert _loop_sizes(0.01, 50, 5) == (50, 5)
-    assert _loop_sizes(10 * TIMED_LOOP_BUDGET_MS, 50, 5) == (MIN_TIMED_RUNS, 1)
+    assert timed_step.loop_sizes(0.01, 50, 5) == (50, 5)
+    assert timed_step.loop_sizes(10 * TIMED_LOOP_BUDGET_MS, 50, 5) == (MIN_TIMED_RUNS, 1)
 
 
 def test_a_slow_candidate_is_timed_over_fewer_runs(
@@ -170,13 +182,12 @@ def test_a_slow_candidate_is_timed_over_fewer_runs(
 
 
 def test_a_slow_baselines_host_check_lasts_about_the_host_loop() -> None:
-    from sandbox.grader import _baseline_host_runs
     from sandbox.timing import HOST_LOOP_MS
 
-    assert _baseline_host_runs(0.01, 50) == 50  # quick calls: the whole loop, as before
-    assert _baseline_host_runs(HOST_LOOP_MS / 4, 5) == 4
-    assert _baseline_host_runs(2400.0, 5) == 1  # a 2.4 s call: one run, not five
-    assert _baseline_host_runs(0.0, 7) == 7  # no event time: the configured loop
+    assert timed_step.baseline_host_runs(0.01, 50) == 50  # quick calls: the whole loop, as before
+    assert timed_step.baseline_host_runs(HOST_LOOP_MS / 4, 5) == 4
+    assert timed_step.baseline_host_runs(2400.0, 5) == 1  # a 2.4 s call: one run, not five
+    assert timed_step.baseline_host_runs(0.0, 7) == 7  # no event time: the configured loop
 
 
 def test_speedups_come_from_the_baselines_and_flag_implausible_ones() -> None:
@@ -364,27 +375,27 @@ def test_the_larger_of_event_and_host_time_counts() -> None:
 def test_a_timeout_after_waiting_for_others_is_the_sandboxs() -> None:
     """Jobs that spent their budget queued for GPU memory were judged `timeout`, as if
     their kernels hung; those are retried now, a kernel that hangs is still a timeout."""
-    from sandbox.grader import _death_verdict
+    from sandbox.grading.job import death_verdict
 
     hung = CandidateDied("timeout", "exceeded its time budget")
     waited = VerifyResult(verdict="correct", stage_seconds={"gpu_memory_wait": 97.0})
-    verdict, message = _death_verdict(hung, waited, budget_s=115.0)
+    verdict, message = death_verdict(hung, waited, budget_s=115.0)
     assert verdict == "sandbox_error" and "waiting 97 s" in message
     quick = VerifyResult(verdict="correct", stage_seconds={"gpu_memory_wait": 2.0, "gpu_wait": 1.0})
-    assert _death_verdict(hung, quick, budget_s=115.0) == ("timeout", hung.message)
+    assert death_verdict(hung, quick, budget_s=115.0) == ("timeout", hung.message)
     crashed = CandidateDied("runtime_error", "segfault")
-    assert _death_verdict(crashed, waited, budget_s=115.0)[0] == "runtime_error"
+    assert death_verdict(crashed, waited, budget_s=115.0)[0] == "runtime_error"
 
 
 def test_an_out_of_memory_error_names_the_stage_it_left() -> None:
     """A GPU shortage is reported with where the grader was: what to size the budget by."""
-    from sandbox.grader import _stage
+    from sandbox.grading.stages import stage
 
     result = VerifyResult(verdict="correct")
     with (
         pytest.raises(torch.cuda.OutOfMemoryError) as raised,
-        _stage(result, "problem"),
-        _stage(result, "reference"),
+        stage(result, "problem"),
+        stage(result, "reference"),
     ):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.99 GiB")
     assert raised.value.__notes__ == ["in the grader's reference stage"]
@@ -419,7 +430,7 @@ def test_a_slow_baseline_is_timed_without_a_long_host_check(tmp_path: Path) -> N
     grader = Grader(config, "cpu")
     grader.gate = GpuGate(str(tmp_path))
     grader.clock = _host_clock()
-    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+    entry = ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
     calls: list[float] = []
 
     def slow_relu(x: torch.Tensor) -> list[torch.Tensor]:
@@ -430,7 +441,7 @@ def test_a_slow_baseline_is_timed_without_a_long_host_check(tmp_path: Path) -> N
     entry.problem.reference_fn = slow_relu
     result = VerifyResult(verdict="correct")
     try:
-        grader._measure_baselines(entry, ["eager"], result)
+        timed_step.measure_baselines(entry, ["eager"], result, grader.gate, grader.clock, 5, 1)
     finally:
         grader.close()
     assert entry.baseline_ms["eager"] == pytest.approx(150, rel=0.3)
@@ -456,7 +467,7 @@ def _baseline_host_checks(
     grader = Grader(config, "cpu")
     grader.gate = GpuGate(str(tmp_path))
     grader.clock = _host_clock()
-    entry = _ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+    entry = ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
 
     def sleepy_relu(x: torch.Tensor) -> list[torch.Tensor]:
         time.sleep(call_s)
@@ -472,7 +483,9 @@ def _baseline_host_checks(
 
     monkeypatch.setattr(sandbox.timing, "time_wall", skewed)
     try:
-        grader._measure_baselines(entry, ["eager"], VerifyResult(verdict="correct"))
+        timed_step.measure_baselines(
+            entry, ["eager"], VerifyResult(verdict="correct"), grader.gate, grader.clock, 5, 1
+        )
     finally:
         grader.close()
     return entry.baseline_ms["eager"], host_loops

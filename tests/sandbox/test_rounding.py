@@ -126,7 +126,7 @@ def test_rounding_noise_covers_a_whole_tensor_layer_norm() -> None:
 def test_the_float64_reference_moves_to_the_host_when_the_gpu_is_full(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sandbox.grader import Grader
+    from sandbox.grading.judgment import rounding_noise
     from sandbox.problem import Problem
 
     problem = load_problem(ROW_SUM_PROBLEM, "functional", "cpu", str(tmp_path))
@@ -142,7 +142,7 @@ def test_the_float64_reference_moves_to_the_host_when_the_gpu_is_full(
         return original(self, inputs, device)
 
     monkeypatch.setattr(Problem, "reference_float64", full_gpu)
-    (noise,) = Grader._rounding_noise(problem, inputs, expected, 1e-4, 1e-4)
+    (noise,) = rounding_noise(problem, inputs, expected, 1e-4, 1e-4)
     assert devices == [None, "cpu"]
     assert noise.atol > 0  # measured on the host: the row sums' rounding is allowed for
 
@@ -150,9 +150,7 @@ def test_the_float64_reference_moves_to_the_host_when_the_gpu_is_full(
         raise MemoryError if device == "cpu" else torch.cuda.OutOfMemoryError("full")
 
     monkeypatch.setattr(Problem, "reference_float64", no_room)
-    assert (
-        Grader._rounding_noise(problem, inputs, expected, 1e-4, 1e-4) is None
-    )  # not now, not never
+    assert rounding_noise(problem, inputs, expected, 1e-4, 1e-4) is None  # not now, not never
 
 
 def test_a_few_elements_allowance_covers_other_draws() -> None:

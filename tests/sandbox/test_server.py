@@ -7,7 +7,6 @@ import asyncio
 import concurrent.futures
 import importlib.metadata
 import os
-import threading
 import time
 from collections.abc import Iterator
 
@@ -22,14 +21,8 @@ from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
 from protos.drtriton.sandbox.v1 import sandbox_pb2_grpc
 from sandbox.client import SandboxClient, SandboxUnavailableError
 from sandbox.config import MAX_TRIALS
-from sandbox.errors import (
-    DrainingError,
-    InvalidRequestError,
-    QueueFullError,
-    SandboxInfrastructureError,
-)
 from sandbox.result import VerifyResult
-from sandbox.server import SERVICE_NAME, SandboxServer
+from sandbox.server import SERVICE_NAME
 from tests.sandbox.conftest import (
     GOOD_RELU,
     HANGING,
@@ -41,6 +34,7 @@ from tests.sandbox.conftest import (
     server_args,
     wait_until,
 )
+from tests.sandbox.scripted_server import InProcessServer
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -279,83 +273,6 @@ def test_sigterm_drains_in_flight_jobs(small_server: ServerProcess) -> None:
 
 
 # -- the translation layer over a scripted runner ---------------------------------------------
-
-
-class ScriptedRunner:
-    """A runner whose answers are chosen by the candidate text (no processes)."""
-
-    def __init__(self) -> None:
-        self.timeouts: list[float | None] = []
-        self.healthy = True
-        self.drained = False
-        self.closed = False
-        self.release = asyncio.Event()
-
-    async def start(self) -> None:
-        return None
-
-    async def verify(
-        self, request: pb.VerifyRequest, timeout_s: float | None = None
-    ) -> VerifyResult:
-        self.timeouts.append(timeout_s)
-        kind, _, arg = request.candidate.partition(":")
-        if kind == "invalid":
-            raise InvalidRequestError("bad request")
-        if kind == "full":
-            raise QueueFullError("queue full")
-        if kind == "draining":
-            raise DrainingError("draining")
-        if kind == "lost":
-            raise SandboxInfrastructureError("worker lost")
-        if kind == "bug":
-            raise KeyError("oops")
-        if kind == "sleep":
-            await asyncio.sleep(float(arg))
-        if kind == "wait":
-            await self.release.wait()
-        if kind == "timeout":  # like the runner: stop at the budget or just before the deadline
-            budget = request.options.time_budget_s or 120.0
-            if timeout_s is not None:
-                budget = min(budget, timeout_s - 0.5)
-            await asyncio.sleep(budget)
-            return VerifyResult(verdict="timeout", elapsed_s=budget)
-        return VerifyResult(verdict="correct", message=request.candidate)
-
-    def info(self) -> pb.GetInfoResponse:
-        return pb.GetInfoResponse(mode="cpu", workers=1, serving=True)
-
-    async def drain(self) -> None:
-        self.drained = True
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-class InProcessServer:
-    """A SandboxServer over a ScriptedRunner on an event loop thread of its own."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.runner = self.call(self._make_runner())
-        self.server = SandboxServer(self.runner)  # type: ignore[arg-type]
-        self.call(self.server.start())
-        self.channel = grpc.insecure_channel(self.server.address)
-        self.stub = sandbox_pb2_grpc.SandboxStub(self.channel)
-
-    @staticmethod
-    async def _make_runner() -> ScriptedRunner:
-        return ScriptedRunner()  # its Event belongs to the server's loop
-
-    def call(self, coroutine):  # noqa: ANN001, ANN201 - test helper
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30)
-
-    def close(self) -> None:
-        self.channel.close()
-        self.call(self.server.stop(0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 @pytest.fixture

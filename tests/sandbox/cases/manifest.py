@@ -8,7 +8,8 @@ Every candidate file starts with a header line
 saying what it tries. `manifest.json` lists the same facts for tools that do not read
 Python; `check_manifest()` says where the two disagree. Several verdicts are allowed
 only where several are right (an escape attempt that a stricter sandbox may also
-reject); everywhere else the verdict is exact.
+reject); everywhere else the verdict is exact. A candidate the static gate refuses
+(`sandbox.gate`) expects `disallowed_code`: nothing of it runs.
 
 Escape candidates (`escape/`) are templates: the test fills `@@PORT@@`, `@@PATH@@`
 or `@@MARKER@@` with values of its own before submitting them.
@@ -39,6 +40,7 @@ VERDICT_NAMES = frozenset(
         "torch_fallback",
         "input_mutation",
         "tampering",
+        "disallowed_code",
     }
 )
 _HEADER = re.compile(

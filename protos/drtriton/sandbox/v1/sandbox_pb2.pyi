@@ -30,6 +30,7 @@ class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TAMPERING: _ClassVar[Verdict]
     SANDBOX_ERROR: _ClassVar[Verdict]
     BAD_PROBLEM: _ClassVar[Verdict]
+    DISALLOWED_CODE: _ClassVar[Verdict]
 
 class Baseline(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -54,6 +55,7 @@ INPUT_MUTATION: Verdict
 TAMPERING: Verdict
 SANDBOX_ERROR: Verdict
 BAD_PROBLEM: Verdict
+DISALLOWED_CODE: Verdict
 BASELINE_UNSPECIFIED: Baseline
 EAGER: Baseline
 TORCH_COMPILE: Baseline

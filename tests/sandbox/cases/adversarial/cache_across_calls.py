@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: computing once with a real kernel, then serving a fresh copy of that first answer on every later call.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: no_triton_kernel  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: a home-made `triton` object whose `jit` looks like Triton's to a source scan; the "kernel" is PyTorch.
 import torch
 

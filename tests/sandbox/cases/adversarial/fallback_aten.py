@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: calling ATen directly (torch.ops.aten.mm / relu) on a Triton-copied input.
 import torch
 import triton

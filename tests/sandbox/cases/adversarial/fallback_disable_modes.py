@@ -1,4 +1,4 @@
-# expect: torch_fallback|tampering  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: suspending every active torch dispatch mode around the PyTorch compute, on a Triton-copied input.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: the matmul through torch.nn.functional.linear (not the problem's torch.matmul), the ReLU in Triton.
 import torch
 import torch.nn.functional as F

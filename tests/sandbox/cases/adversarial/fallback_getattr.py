@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: PyTorch functions whose names are built at run time (invisible to a source scan), on a Triton-copied input.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: torch_fallback|compile_error  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: calling PyTorch from inside a @triton.jit body, which Triton's CPU interpreter runs as plain Python (a GPU compile would reject it).
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/kb_linear_relu.py
+# expect: disallowed_code  problem: problems/kb_linear_relu.py
 # Tries (KernelBench format): calling the nn.Linear module (PyTorch) and doing only ReLU and scale in Triton.
 import torch
 import torch.nn as nn

@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: computing the answer in NumPy (via .numpy()) on a Triton-copied input and handing it back as a tensor.
 import numpy as np
 import torch

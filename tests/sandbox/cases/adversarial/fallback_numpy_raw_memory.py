@@ -1,4 +1,4 @@
-# expect: torch_fallback|tampering  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: NumPy reading and writing tensor memory through raw pointers (no Tensor.numpy, no torch op), on a Triton-copied input.
 import ctypes
 

@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: sigmoid rebuilt from ops the problem never uses (tanh, mul, add) in PyTorch; only the final product in Triton.
 import torch
 import triton

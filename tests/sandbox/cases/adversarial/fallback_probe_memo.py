@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: PyTorch compute that notices when PyTorch is being poisoned and then replays the answer it memoised for the same input bytes.
 import ctypes
 import hashlib

@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: a Triton kernel launched for show (its result is thrown away) while torch.matmul/torch.relu compute the answer.
 import torch
 import triton

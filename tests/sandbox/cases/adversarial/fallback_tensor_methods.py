@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: Tensor methods (.matmul, then .clamp(min=0) standing in for relu) on a Triton-copied input.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: running the PyTorch compute in a worker thread (per-thread instrumentation would not see it), on a Triton-copied input.
 from concurrent.futures import ThreadPoolExecutor
 

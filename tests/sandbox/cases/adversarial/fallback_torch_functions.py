@@ -1,4 +1,4 @@
-# expect: torch_fallback  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: a Triton copy whose result feeds torch.matmul + torch.relu (so no-op'd launches do change the output).
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: searching the caller's stack frames and the garbage collector for the reference output and returning a copy.
 import gc
 import sys

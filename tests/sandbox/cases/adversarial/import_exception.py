@@ -1,4 +1,4 @@
-# expect: compile_error  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: a module that raises while being imported (a name Triton does not have).
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: timeout  problem: problems/elementwise.py  options: {"time_budget_s": 6}
+# expect: disallowed_code  problem: problems/elementwise.py  options: {"time_budget_s": 6}
 # Tries: never returning, with SIGTERM, SIGINT, SIGHUP and SIGALRM ignored so only SIGKILL ends it.
 import signal
 import time

@@ -1,4 +1,4 @@
-# expect: input_mutation|tampering  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: overwriting an input as scratch space, and hiding it by making every tensor-equality check in the process say "unchanged".
 import torch
 import triton

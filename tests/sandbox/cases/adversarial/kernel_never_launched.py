@@ -1,4 +1,4 @@
-# expect: no_triton_kernel  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: a @triton.jit kernel that is defined (to pass a static scan) but never launched; PyTorch computes.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: runtime_error|tampering  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: computing the right answer, then SIGKILLing the process that supervises it (its parent), so the job has no one to judge it.
 import os
 import signal

@@ -1,4 +1,4 @@
-# expect: resource_limit  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: asking NumPy for 64 GiB in 1 GiB arrays, each written and kept alive, after computing the right answer.
 import numpy as np
 import torch

@@ -1,4 +1,4 @@
-# expect: runtime_error  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: computing the right answer, then leaving the process with os._exit(0) before the grader hears back.
 import os
 

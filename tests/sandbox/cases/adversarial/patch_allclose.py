@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: making torch.allclose / isclose / equal always agree, then returning a wrong answer.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: turning torch.testing.assert_close (and NumPy's assert_allclose) into no-ops, then returning a wrong answer.
 import numpy
 import torch

@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: Tensor comparison operators that always say "equal", then a wrong answer.
 import torch
 import triton

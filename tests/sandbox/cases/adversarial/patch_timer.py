@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: freezing the clocks (time.perf_counter, time.time, CUDA events, synchronize), then a wrong answer.
 import time
 

@@ -1,4 +1,4 @@
-# expect: wrong_output|tampering  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: writing a forged "all good" reply straight onto the grader's pipe, then returning a wrong answer.
 import json
 import os

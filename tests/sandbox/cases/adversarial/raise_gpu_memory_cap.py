@@ -1,4 +1,4 @@
-# expect: resource_limit  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: lifting its GPU memory cap at import (the whole device for itself), then taking 16 GiB beside the right answer.
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: runtime_error  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: computing the right answer, then replacing the grader's output files in its job directory with directories, so that the harness cannot hand the answer back.
 import os
 

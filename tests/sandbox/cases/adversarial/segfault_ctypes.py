@@ -1,4 +1,4 @@
-# expect: runtime_error  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: crashing the process with a NULL-pointer read through ctypes (SIGSEGV).
 import ctypes
 

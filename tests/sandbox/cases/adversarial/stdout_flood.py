@@ -1,4 +1,4 @@
-# expect: resource_limit  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: writing 300 MB to stdout (straight to the file descriptor), then answering correctly.
 import os
 

@@ -1,4 +1,4 @@
-# expect: resource_limit  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: 300 MB on stdout with SIGXFSZ ignored and write errors swallowed, then a correct answer: the output cap was still exceeded.
 import os
 import signal

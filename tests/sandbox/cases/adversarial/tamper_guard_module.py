@@ -1,4 +1,4 @@
-# expect: torch_fallback|tampering  problem: problems/matmul_relu.py
+# expect: disallowed_code  problem: problems/matmul_relu.py
 # Tries: finding the in-process instrumentation module and switching it off (pretend to be inside a launch, read the launch mode) around PyTorch compute.
 import sys
 import types

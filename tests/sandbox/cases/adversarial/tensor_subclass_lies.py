@@ -1,4 +1,4 @@
-# expect: wrong_output  problem: problems/elementwise.py
+# expect: disallowed_code  problem: problems/elementwise.py
 # Tries: returning a Tensor subclass whose comparisons (==, allclose, isclose, equal, isnan) all say "matches".
 import torch
 import triton

@@ -1,4 +1,4 @@
-# expect: correct|runtime_error|resource_limit|tampering  problem: problems/elementwise.py
+# expect: correct|runtime_error|resource_limit|tampering|disallowed_code  problem: problems/elementwise.py
 # Tries: a correct kernel that also starts detached sleepers (new session, SIGTERM ignored) meant to outlive the job; their pids go to a file in its cwd.
 import os
 import subprocess

@@ -1,4 +1,4 @@
-# expect: correct|runtime_error|tampering  problem: problems/elementwise.py
+# expect: correct|runtime_error|tampering|disallowed_code  problem: problems/elementwise.py
 # Tries: a correct kernel that also connects to a listener on the host's loopback (port filled in by the test) and sends data.
 import socket
 

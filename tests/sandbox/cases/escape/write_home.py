@@ -1,4 +1,4 @@
-# expect: correct|runtime_error|tampering  problem: problems/elementwise.py
+# expect: correct|runtime_error|tampering|disallowed_code  problem: problems/elementwise.py
 # Tries: a correct kernel that also writes a file in the home directory of the user running the sandbox, outside its job directory (path filled in by the test).
 import torch
 import triton

@@ -1,0 +1,28 @@
+"""The static gate: a candidate's source checked against an allowlist before any of it runs.
+
+`violations(source)` lists every construct outside the policy (`sandbox.gate.policy`),
+each naming its line; `sandbox.static_checks` turns the first ones into the
+`disallowed_code` verdict. What it closes: other modules, dynamic attribute access and
+strings turned into names, dunders and private names, monkey-patching, import-time side
+effects, PyTorch compute called by name in host code, kernel bodies outside the Triton
+language, host code run inside a launch (grids, hooks: checked as pure callbacks), and
+the direct forms of state kept across calls. What it leaves to the runtime checks:
+arithmetic operators on tensors in host code (types are unknown statically), scalars
+read out of tensors (`float(t[i])`), state kept through aliases or in tensors, and
+objects other than tensors and numbers passed to an interpreted kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from sandbox.gate.context import Violation
+from sandbox.gate.module import check_module, kernel_names
+
+__all__ = ["Violation", "check_module", "kernel_names", "violations"]
+
+
+def violations(source: str | ast.Module) -> list[Violation]:
+    """Every violation in `source` (a parsed module or text that parses), by line."""
+    tree = ast.parse(source) if isinstance(source, str) else source
+    return check_module(tree)

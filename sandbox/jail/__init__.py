@@ -1,0 +1,9 @@
+"""The candidate's jail, built from kernel primitives inside each zygote fork.
+
+One module per wall: `rootfs` (a fresh minimal root: the runtime bound read-only, private
+/dev, /proc, /tmp and /dev/shm, the job directory), `identity` (an unprivileged uid, no
+capabilities, no new privileges), `seccomp` (a table of denied system calls, through
+libseccomp), `cgroup` (per-job caps and a kill that reaches every process of the job),
+`quota` (a size-limited file system for a job directory). `sandbox.isolation` puts them
+together in the order the jail needs.
+"""

@@ -1,0 +1,34 @@
+# expect: torch_fallback  problem: problems/elementwise.py
+# Tries: a probe kernel's store read back with .item(): when it did not land (launches off) the answer is left wrong, otherwise PyTorch computes it.
+# Class: 2  caught-without-gate: runtime
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _probe_kernel(flag_ptr):
+    tl.store(flag_ptr, 1.0)
+
+
+def _copy(src):
+    """A real Triton launch: the call's answer flows through a kernel."""
+    dst = torch.empty_like(src)
+    n = src.numel()
+    _copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, BLOCK=1024)
+    return dst
+
+
+def triton_fused_operator(tensor_0, tensor_1):
+    flag = torch.zeros(1, device=tensor_0.device, dtype=torch.float32)
+    _probe_kernel[(1,)](flag)
+    if flag.item() != 1.0:
+        return [torch.empty_like(tensor_0)]
+    return [torch.sigmoid(_copy(tensor_0)) * tensor_1]

@@ -1,0 +1,153 @@
+"""The candidate process's instruments (`sandbox.guard`), driven directly.
+
+Installing them is for the life of a process (wrappers, an audit hook), so each scenario
+runs in one fresh subprocess that prints what each guarded stretch reported. The attack
+suite (`tests/sandbox/attacks`) runs the same instruments through the real grader.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox.guard import CallReport
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_SCENARIOS = r"""
+import _thread, gc, json, sys, time, weakref
+import torch
+import sandbox.candidate as harness  # imported before the guard, as in a candidate process
+# Held where the guard's scan for aliases does not look: a thread it cannot refuse.
+native = {"start": _thread.start_new_thread}
+from sandbox import guard
+inst = guard.install()
+why = lambda error: "runtime_error"
+reports = {}
+
+def run(name, body, undo=lambda: None):
+    with inst.call("normal", why) as call:
+        body(call)
+    undo()  # trusted code, unguarded: the next scenario starts clean
+    failure = call.report.failure()
+    reports[name] = None if failure is None else [failure[0], failure[1][-160:]]
+
+def finaliser(call):
+    out = torch.empty(3)
+    weakref.finalize(out, print, "late")
+    call.hold([out])
+
+def gc_callback(call):
+    gc.callbacks.append(lambda phase, info: None)
+
+hold = _thread.allocate_lock()
+
+def thread_left(call):
+    hold.acquire()
+    native["start"](hold.acquire, ())
+    time.sleep(0.2)
+
+def thread_gone():
+    hold.release()
+    time.sleep(0.2)
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no")
+
+def unprintable(call):
+    raise Unprintable()
+
+def caught(call):
+    try:
+        torch.ones(2).tolist()
+    except Exception:
+        pass
+
+def audit_hook(call):
+    sys.addaudithook(lambda event, args: None)
+
+tail = harness._tail
+
+def rebind(call):
+    harness._tail = lambda text, limit=0: text
+
+def unbind():
+    harness._tail = tail
+
+def clean(call):
+    out = torch.empty(4)
+    call.hold([out.view(2, 2)])
+
+run("finaliser", finaliser)
+run("gc_callback", gc_callback, gc.callbacks.clear)
+run("thread_left", thread_left, thread_gone)
+run("unprintable", unprintable)
+run("caught", caught)
+run("audit_hook", audit_hook)
+run("rebind", rebind, unbind)
+run("clean_after", clean)
+print(json.dumps(reports))
+"""
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, list[str] | None]:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCENARIOS],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT / "tests",  # a working directory with no files of the grader's
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("scenario", "verdict", "says"),
+    [
+        ("finaliser", "tampering", "weak references"),
+        ("gc_callback", "tampering", "gc.callbacks"),
+        ("thread_left", "tampering", "left a thread running"),
+        ("unprintable", "runtime_error", "str() failed"),
+        ("caught", "torch_fallback", "Tensor.tolist"),
+        ("audit_hook", "tampering", "audit hook"),
+        ("rebind", "tampering", "sandbox.candidate._tail"),
+    ],
+)
+def test_what_a_call_leaves_behind_is_reported(
+    reports: dict[str, list[str] | None], scenario: str, verdict: str, says: str
+) -> None:
+    """Each way of leaving code to run after the call, or of hiding a refusal, is reported
+    by the stretch it happened in (a refusal the candidate caught included)."""
+    found = reports[scenario]
+    assert found is not None and found[0] == verdict and says in found[1], found
+
+
+def test_a_clean_call_after_them_reports_nothing(reports: dict[str, list[str] | None]) -> None:
+    assert reports["clean_after"] is None
+
+
+@pytest.mark.parametrize(
+    ("report", "verdict"),
+    [
+        # PyTorch refused (the call ran on) and no launch at all: no Triton kernel.
+        (CallReport(0, ("torch_fallback", "aten.mm", True), None, None), "no_triton_kernel"),
+        (CallReport(2, ("torch_fallback", "aten.mm", True), None, None), "torch_fallback"),
+        # An escape hatch cut the call short: its launch count says nothing.
+        (CallReport(0, ("torch_fallback", "Tensor.numpy", False), None, None), "torch_fallback"),
+        # What the call left behind outranks what it did.
+        (CallReport(1, ("torch_fallback", "x", True), "rebound os.open", None), "tampering"),
+        (CallReport(1, None, None, ("resource_limit", "MemoryError")), "resource_limit"),
+        (CallReport(0, None, None, None), None),
+    ],
+)
+def test_a_reports_verdict(report: CallReport, verdict: str | None) -> None:
+    failure = report.failure()
+    assert (failure[0] if failure else None) == verdict
