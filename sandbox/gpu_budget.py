@@ -13,6 +13,14 @@ Reservations take turns (an exclusive `flock` on a second file, held while one w
 its memory): a job that needs 60 GiB waits for what is held to come free, and smaller jobs
 arriving meanwhile wait behind it, instead of taking each GiB as it frees and starving it
 until its deadline (as GiB programs among small ones were, 8 workers on one H200).
+
+A grader holds two reservations at once: the next job's, and the last one's until its
+candidate is dead. POSIX locks belong to the process, so the two must not share bytes (a
+byte locked twice by one process is one lock, and unlocking either frees it) nor their
+descriptor's close (closing any descriptor of the file drops all the process's locks on it:
+a finished job's reaper used to free the next job's whole reservation so). One descriptor
+per process and budget file stays open while any of its reservations lives, and the
+process's reservations take disjoint bytes (`_ProcessLocks`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import contextlib
 import fcntl
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import IO
@@ -34,6 +43,69 @@ class BudgetTimeout(Exception):
     """The memory did not come free before the job's deadline."""
 
 
+class _ProcessLocks:
+    """This process's POSIX locks on one budget file: one descriptor, open while any of its
+    reservations lives, and the bytes they hold (which no other of them may take)."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.held: set[int] = set()
+        self.users = 0
+        self.mutex = threading.Lock()  # a reaper thread gives while the grader takes
+
+    def take(self, capacity: int, want: int) -> list[int]:
+        """Lock `want` bytes free on the host and in this process, or none; the bytes."""
+        with self.mutex:
+            taken: list[int] = []
+            for byte in random.sample(range(capacity), capacity):
+                if len(taken) == want:
+                    break
+                if byte in self.held:
+                    continue
+                try:
+                    fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte)
+                except OSError:
+                    continue
+                taken.append(byte)
+                self.held.add(byte)
+            if len(taken) < want:
+                self._give(taken)
+                return []
+            return taken
+
+    def give(self, taken: list[int]) -> None:
+        with self.mutex:
+            self._give(taken)
+
+    def _give(self, taken: list[int]) -> None:
+        for byte in taken:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, byte)
+            self.held.discard(byte)
+
+
+_LOCKS: dict[tuple[int, str], _ProcessLocks] = {}  # by (process, budget file)
+_LOCKS_MUTEX = threading.Lock()
+
+
+@contextlib.contextmanager
+def _process_locks(path: str) -> Iterator[_ProcessLocks]:
+    """This process's locks on `path`, its descriptor closed once no reservation uses it."""
+    key = (os.getpid(), os.path.realpath(path))
+    with _LOCKS_MUTEX:
+        locks = _LOCKS.get(key)
+        if locks is None:
+            locks = _LOCKS[key] = _ProcessLocks(path)
+        locks.users += 1
+    try:
+        yield locks
+    finally:
+        with _LOCKS_MUTEX:
+            locks.users -= 1
+            if locks.users == 0:
+                del _LOCKS[key]
+                os.close(locks.fd)  # no lock of this process is left on the file
+
+
 class GpuMemoryBudget:
     def __init__(self, path: str, capacity_gib: int) -> None:
         if capacity_gib < 1:
@@ -42,51 +114,27 @@ class GpuMemoryBudget:
         self.turn_path = path + ".turn"
         self.capacity_gib = capacity_gib
 
-    def _take(self, fd: int, want: int) -> list[int]:
-        """Lock `want` free bytes, or none; the bytes held."""
-        held: list[int] = []
-        for byte in random.sample(range(self.capacity_gib), self.capacity_gib):
-            if len(held) == want:
-                break
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte)
-            except OSError:
-                continue
-            held.append(byte)
-        if len(held) < want:
-            self._give(fd, held)
-            return []
-        return held
-
-    def _take_into(self, fd: int, want: int, held: list[int]) -> bool:
-        """`_take`, its bytes added to `held`; whether it got them."""
-        held.extend(self._take(fd, want))
-        return bool(held)
-
-    @staticmethod
-    def _give(fd: int, held: list[int]) -> None:
-        for byte in held:
-            fcntl.lockf(fd, fcntl.LOCK_UN, 1, byte)
-
     @contextlib.contextmanager
     def reserve(self, gib: int, deadline: float) -> Iterator[int]:
         """Hold `gib` GiB (at least 1, at most the budget) until the block ends."""
         want = min(max(1, gib), self.capacity_gib)
-        # One descriptor per reservation: closing any descriptor of the file drops
-        # every POSIX lock this process holds on it.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         held: list[int] = []
-        try:
-            with open(self.turn_path, "ab") as turn:
-                self._wait(lambda: _try_flock(turn), want, deadline)  # behind earlier waiters
-                try:
-                    self._wait(lambda: self._take_into(fd, want, held), want, deadline)
-                finally:
-                    fcntl.flock(turn, fcntl.LOCK_UN)
-            yield want
-        finally:
-            self._give(fd, held)
-            os.close(fd)
+
+        def take() -> bool:
+            held.extend(locks.take(self.capacity_gib, want))
+            return bool(held)
+
+        with _process_locks(self.path) as locks:
+            try:
+                with open(self.turn_path, "ab") as turn:
+                    self._wait(lambda: _try_flock(turn), want, deadline)  # behind earlier waiters
+                    try:
+                        self._wait(take, want, deadline)
+                    finally:
+                        fcntl.flock(turn, fcntl.LOCK_UN)
+                yield want
+            finally:
+                locks.give(held)
 
     def _wait(self, ready: Callable[[], bool], want: int, deadline: float) -> None:
         """Poll `ready` until it says yes, or raise BudgetTimeout at `deadline`."""

@@ -26,9 +26,9 @@ POWER_ALPHAS = (0.25, 0.5, 0.75, 1.0)
 
 # The sandbox's verdicts, lower case, read from the wire contract (protobuf only: no torch).
 VERDICTS = frozenset(
-    name.lower()
-    for name in pb.Verdict.keys()
-    if name != "VERDICT_UNSPECIFIED"  # noqa: SIM118
+    value.name.lower()
+    for value in pb.Verdict.DESCRIPTOR.values
+    if value.name != "VERDICT_UNSPECIFIED"
 )
 # Verdicts that say nothing about the kernel (an unreachable server also arrives as
 # `sandbox_error`): the sample is masked out of the loss, never scored as a wrong kernel.

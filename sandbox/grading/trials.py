@@ -25,7 +25,7 @@ import torch
 from sandbox import compare, safe_fs
 from sandbox.gpu_gate import SharedHold
 from sandbox.grading import judgment
-from sandbox.grading.gpu import candidate_gpu_bytes
+from sandbox.grading.gpu import CandidateOutOfMemory, candidate_gpu_bytes
 from sandbox.grading.job import JobContext, Rejected
 from sandbox.grading.stages import add_reported_stage
 from sandbox.process import CandidateProcess
@@ -320,13 +320,11 @@ def check_trial(
 
 
 def raise_if_gpu_full(reply: dict[str, Any]) -> None:
-    """A candidate that ran out of GPU memory under its cap met a GPU that others
-    filled: no fault of the kernel (a `sandbox_error`, which clients may retry)."""
+    """The candidate says an allocation under its cap failed for want of GPU memory: the
+    grader decides from its own measure whose fault that is (`gpu.gpu_full_verdict`)."""
     if reply.get("error_type") == "gpu_full":
-        message = str(reply.get("message", "")).strip().splitlines() or [""]
-        raise torch.cuda.OutOfMemoryError(
-            f"the candidate's allocation fitted its cap but not the GPU: {message[0][:300]}"
-        )
+        # A claim until the grader confirms it (`gpu.gpu_full_verdict`, in the grader).
+        raise CandidateOutOfMemory(str(reply.get("message", "")))
 
 
 def raise_failure(reply: dict[str, Any], verdicts: frozenset[str] = HARNESS_VERDICTS) -> None:
