@@ -119,6 +119,9 @@ class Harness:
         # When each start-up step ended (the host's monotonic clock, which the grader shares):
         # what a process spends before it is ready, reported with "ready".
         self.startup: dict[str, float] = {}
+        # Bound before the instruments wrap `torch.cuda.cudart` (a hatch the candidate must
+        # not use): the harness's own out-of-memory check asks the runtime for free memory.
+        self._cudart = torch.cuda.cudart
         self.instruments = guard.install(device)
         if device == "cuda":
             from sandbox.device_share import SharedBuffer
@@ -199,7 +202,7 @@ class Harness:
         """Whether a CUDA out-of-memory error came from other processes, not this cap."""
         if self.device != "cuda" or self.gpu_cap is None:
             return False
-        free, _ = self.torch.cuda.mem_get_info()
+        free, _ = self._cudart().cudaMemGetInfo(self.torch.cuda.current_device())
         return oom_from_full_gpu(message, self.torch.cuda.memory_reserved(), free, self.gpu_cap)
 
     def _tensor(self, spec: dict[str, Any], shared: bool) -> Any:
