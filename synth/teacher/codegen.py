@@ -96,14 +96,13 @@ class KernelBuilder:
     # -- arguments ------------------------------------------------------------------
     def _add(self, params: list[str], host: str, kind: str) -> list[str]:
         """Declare parameters filled from `host`, once; a name clash gets a numbered suffix."""
-        for arg in self._args:
-            if arg.params[0] == params[0]:
-                if arg.host == host:
-                    return arg.params
-                index = 2
-                while any(f"{p}_{index}" in self._params for p in params):
-                    index += 1
-                return self._add([f"{p}_{index}" for p in params], host, kind)
+        candidate, index = params, 2
+        while any(p in self._params for p in candidate):
+            if any(arg.params == candidate and arg.host == host for arg in self._args):
+                return candidate
+            candidate = [f"{p}_{index}" for p in params]
+            index += 1
+        params = candidate
         self._params.update(params)
         self._args.append(_ArgGroup(params, host, kind))
         return params
@@ -349,8 +348,9 @@ class Epilogue:
             self._coords = [tile.offsets]
             return self._coords
         if tile.rank > 0:
-            sizes = [f"size{d}" for d in range(tile.rank)]
-            k.scalars(sizes[1:], f"{tile.shape}[1:]")
+            # Another tile of this kernel (a prologue's) may have claimed `size{d}` for its
+            # own shape: the names come back suffixed then, and only those may be used.
+            sizes = ["", *k.scalars([f"size{d}" for d in range(1, tile.rank)], f"{tile.shape}[1:]")]
             k.line("# Coordinates of each element in the iteration space (row-major).")
             rest = tile.offsets
             for d in range(tile.rank - 1, 0, -1):

@@ -1,10 +1,13 @@
 """Read a functional-format problem into a flat list of operator applications.
 
 The problem format is the contract of the whole project (one operator call per line,
-`tensor_N` names, `get_inputs()` building every input with `torch.randn`). Parsing
-uses Python's `ast`, so formatting details (spacing, positional vs keyword
-arguments) do not matter, while anything outside the operator table is refused with
-a message naming the line. Shapes are inferred statically: the teacher plans
+`get_inputs()` building every input with `torch.randn`). Parsing uses Python's `ast`,
+so formatting details (spacing, positional vs keyword arguments) do not matter, and
+any straight-line program is accepted: names are free and may be reassigned
+(`t = torch.relu(t)`), since every value is renamed to `tensor_N`, N in order of
+definition (inputs first). That is the generator's own numbering, so its programs keep
+their names, and a program translates to the same code whatever it calls its tensors.
+Anything outside the operator table is refused with a message naming the line. Shapes are inferred statically: the teacher plans
 kernels (ranks, fusion) from them, but the code it emits reads every size at run
 time.
 """
@@ -394,7 +397,15 @@ def _literal(node: ast.expr, line: int) -> Any:
 
 
 def _split_call(value: ast.expr) -> tuple[ast.Call, str | None]:
-    """Strip a trailing `.values` or `.float()` and return the operator call."""
+    """Strip a trailing `.values` (or `[0]`) or `.float()` and return the operator call."""
+    if (
+        isinstance(value, ast.Subscript)
+        and isinstance(value.value, ast.Call)
+        and isinstance(value.slice, ast.Constant)
+        and value.slice.value == 0
+        and type(value.slice.value) is int
+    ):
+        return value.value, "values"  # `torch.max(x, dim)[0]` is its `.values`
     if (
         isinstance(value, ast.Attribute)
         and value.attr == "values"
@@ -417,12 +428,13 @@ def _split_call(value: ast.expr) -> tuple[ast.Call, str | None]:
     )
 
 
-def _tensor_name(node: ast.expr, known: set[str], line: int) -> str:
+def _tensor_name(node: ast.expr, env: dict[str, str], line: int) -> str:
+    """The SSA name of the tensor a source name holds at this line."""
     if not isinstance(node, ast.Name):
         raise TranslationError(f"line {line}: expected a tensor name, got `{ast.unparse(node)}`")
-    if node.id not in known:
+    if node.id not in env:
         raise TranslationError(f"line {line}: `{node.id}` is used before it is defined")
-    return node.id
+    return env[node.id]
 
 
 def _int_param(value: Any, name: str, kind: str, line: int) -> int:
@@ -537,7 +549,7 @@ def _normalise(
 
 
 def _bind(
-    spec: OperatorSpec, call: ast.Call, known: set[str], line: int
+    spec: OperatorSpec, call: ast.Call, env: dict[str, str], line: int
 ) -> tuple[list[str], dict[str, Any]]:
     """Bind a call's arguments to (tensor names, parameter values) like Python would."""
     args = list(call.args)
@@ -550,7 +562,7 @@ def _bind(
             raise TranslationError(
                 f"line {line}: {spec.kind} expects a list of {spec.n_tensors} tensors"
             )
-        tensors = [_tensor_name(elt, known, line) for elt in node.elts]
+        tensors = [_tensor_name(elt, env, line) for elt in node.elts]
     else:
         tensors = []
         for key in spec.tensor_args:
@@ -562,7 +574,7 @@ def _bind(
             if spec.kind == "lerp" and key == "weight" and not isinstance(node, ast.Name):
                 tensors.append(("weight", _literal(node, line)))  # scalar weight
                 continue
-            tensors.append(_tensor_name(node, known, line))
+            tensors.append(_tensor_name(node, env, line))
     params: dict[str, Any] = {}
     names = [name for name, _ in spec.params]
     if len(args) > len(names):
@@ -637,6 +649,39 @@ def _parse_inputs(func: ast.FunctionDef) -> dict[str, Shape]:
     return shapes
 
 
+def _target(stmt: ast.Assign | ast.AnnAssign) -> str:
+    target = _target_node(stmt)
+    assert isinstance(target, ast.Name)  # checked by `_operator_lines`
+    return target.id
+
+
+def _operator_lines(func: ast.FunctionDef) -> list[ast.Assign | ast.AnnAssign]:
+    """The body's `name = call(...)` statements (annotated or not); a docstring is skipped."""
+    lines: list[ast.Assign | ast.AnnAssign] = []
+    for index, stmt in enumerate(func.body[:-1]):
+        if (
+            index == 0
+            and isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Constant)
+            and isinstance(stmt.value.value, str)
+        ):
+            continue
+        single = isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+        annotated = isinstance(stmt, ast.AnnAssign) and stmt.value is not None
+        if not (single or annotated) or not isinstance(_target_node(stmt), ast.Name):
+            raise TranslationError(
+                f"line {stmt.lineno}: expected `name = operator(...)`, one per line"
+            )
+        lines.append(stmt)
+    return lines
+
+
+def _target_node(stmt: ast.stmt) -> ast.expr | None:
+    if isinstance(stmt, ast.Assign):
+        return stmt.targets[0]
+    return stmt.target if isinstance(stmt, ast.AnnAssign) else None
+
+
 def parse_program(source: str) -> Program:
     """Parse a problem's source into a `Program`; raises `TranslationError` if unsupported."""
     try:
@@ -654,24 +699,15 @@ def parse_program(source: str) -> Program:
         raise TranslationError(
             f"fused_operator takes {len(args)} arguments but get_inputs() returns {len(input_order)}"
         )
+    env = {arg: f"tensor_{i}" for i, arg in enumerate(args)}  # source name -> SSA name
     shapes: dict[str, Shape] = {}
     for arg, produced in zip(args, input_order, strict=True):
         if produced not in input_shapes:
             raise TranslationError(f"get_inputs() returns `{produced}`, which it does not create")
-        shapes[arg] = input_shapes[produced]
-    known = set(args)
+        shapes[env[arg]] = input_shapes[produced]
     ops: list[Op] = []
-    for stmt in func.body[:-1]:
+    for stmt in _operator_lines(func):
         line = stmt.lineno
-        if not (
-            isinstance(stmt, ast.Assign)
-            and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)
-        ):
-            raise TranslationError(f"line {line}: expected `tensor_N = operator(...)`")
-        out = stmt.targets[0].id
-        if out in known:
-            raise TranslationError(f"line {line}: `{out}` is assigned twice")
         call, suffix = _split_call(stmt.value)
         name = _dotted(call.func)
         spec = _BY_CALL.get(name or "")
@@ -682,16 +718,19 @@ def parse_program(source: str) -> Program:
         if spec.suffix != suffix:
             want = {"values": "`.values`", "float": "`.float()`", None: "no suffix"}[spec.suffix]
             raise TranslationError(f"line {line}: `{name}(...)` must be followed by {want}")
-        tensors, params = _bind(spec, call, known, line)
+        tensors, params = _bind(spec, call, env, line)
         params = _normalise(spec, params, [shapes[t] for t in tensors], line)
+        out = f"tensor_{len(args) + len(ops)}"
         op = Op(out=out, kind=spec.kind, inputs=tuple(tensors), params=params, line=line)
         shapes[out] = infer_shape(op, shapes)
         ops.append(op)
-        known.add(out)
-    outputs = _returned_names(func)
-    for name in outputs:
-        if name not in known:
+        env[_target(stmt)] = out  # a reassigned name now means the new value
+    outputs = []
+    for name in _returned_names(func):
+        if name not in env:
             raise TranslationError(f"fused_operator returns `{name}`, which it does not define")
+        outputs.append(env[name])
     if not outputs:
         raise TranslationError("fused_operator returns no tensors")
-    return Program(inputs=args, ops=ops, outputs=outputs, shapes=shapes)
+    inputs = [f"tensor_{i}" for i in range(len(args))]
+    return Program(inputs=inputs, ops=ops, outputs=outputs, shapes=shapes)
