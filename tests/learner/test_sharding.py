@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +9,9 @@ from jax.sharding import PartitionSpec as P
 
 import learner.sharding as sharding
 from learner.model import io as model_io
+from tests.learner.eight_devices import run_on_eight_devices
 
 from .conftest import random_tiny_model
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_fit_spec_drops_axes_that_do_not_divide() -> None:
@@ -32,22 +27,9 @@ def test_eight_device_mesh_matches_single_device(tmp_path: Path) -> None:
     model_io.save_model(random_tiny_model(), tmp_path / "model")
     hf_dir = tmp_path / "hf"
     model_io.export_hf(tmp_path / "model", hf_dir)
-    env = {
-        **os.environ,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.learner.mesh_worker", str(tmp_path / "model"), str(hf_dir)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    report = run_on_eight_devices(
+        "tests.learner.mesh_worker", str(tmp_path / "model"), str(hf_dir), timeout=300
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["devices"] == 8
     for key in ("4x2", "2x4"):
         assert report[f"logits_diff_{key}"] < 1e-4, report

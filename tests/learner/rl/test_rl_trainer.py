@@ -4,8 +4,6 @@ raises the policy's correctness."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from learner.train.metrics import read_metrics
+from tests.learner.eight_devices import run_on_eight_devices
 
 from .conftest import REPO_ROOT, run_worker
 
@@ -42,16 +41,7 @@ def test_the_learner_imports_neither_torch_nor_triton(tmp_path: Path) -> None:
 
 
 def test_a_sharded_update_equals_the_single_device_update() -> None:
-    env = {**os.environ}
-    env["XLA_FLAGS"] = (
-        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-    ).strip()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.learner.rl.sharded_worker"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    report = run_on_eight_devices("tests.learner.rl.sharded_worker")
     assert report["devices"] == 8
     for algorithm in ("drpo", "grpo"):
         result = report[algorithm]

@@ -4,9 +4,6 @@ and the 7b-cluster preset's shapes and shardings on a forced 8-device CPU mesh."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +17,7 @@ from learner.train.config import (
     config_to_dict,
     load_config,
 )
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.learner.eight_devices import run_on_eight_devices
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -119,22 +115,7 @@ def test_resume_allows_only_trajectory_neutral_changes() -> None:
 
 def test_7b_cluster_shapes_and_shardings_on_8_cpu_devices() -> None:
     """Abstract arrays only: the 7B state and step traced on a 2 x 4 mesh, never run."""
-    env = {
-        **os.environ,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.learner.train.mesh_worker", "abstract-7b"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_on_eight_devices("tests.learner.train.mesh_worker", "abstract-7b", timeout=300)
     assert report["mesh"] == {"fsdp": 2, "tp": 4}
     assert 7.6e9 < report["params"] < 7.7e9  # Qwen2.5-7B
     shapes, specs = report["shapes"], report["specs"]

@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.learner.eight_devices import run_on_eight_devices
 
 
 def test_sharded_sft_step_equals_single_device_step() -> None:
-    env = {
-        **os.environ,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": str(ROOT),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.learner.train.mesh_worker", "sharded-step"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_on_eight_devices("tests.learner.train.mesh_worker", "sharded-step")
     assert report["devices"] == 8
     assert report["q_spec"] == "P('fsdp', 'tp', None)" and report["q_shards"] == 8
     assert abs(report["loss"] - report["ref_loss"]) <= 1e-6 * abs(report["ref_loss"])
