@@ -12,7 +12,15 @@ import importlib
 import sys
 
 # Modules whose `register(subparsers)` adds subcommands, in help order.
-PART_CLIS = ("sandbox.cli", "synth.cli", "learner.cli", "learner.train.cli", "synth.demo")
+PART_CLIS = (
+    "sandbox.cli",
+    "synth.cli",
+    "learner.cli",
+    "learner.train.cli",
+    "learner.evaluation.cli",
+    "learner.search.cli",
+    "synth.demo",
+)
 
 
 class UsageError(Exception):

@@ -137,8 +137,13 @@ class Result:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Result:
+        from sandbox.result import verdict_name
+
         names = {f.name for f in dataclasses.fields(Result)}
-        return Result(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        if "verdict" in fields:  # older logs carry the enum's number
+            fields["verdict"] = verdict_name(fields["verdict"])
+        return Result(**fields)
 
 
 def family_of(op: str) -> str:

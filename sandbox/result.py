@@ -28,6 +28,21 @@ def printable(text: str) -> str:
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def verdict_name(value: object) -> str:
+    """The verdict's lower-case name, as data files carry it. Files written before names
+    carry the enum's number (`7`, or `"7"`): it is read through the proto's enum. Other
+    names (a file's own verdicts, such as the teacher's `untranslatable`) pass unchanged.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"a verdict is a name or an enum number, not {value!r:.60}")
+    if isinstance(value, str) and not value.strip().isdigit():
+        return value.lower()
+    number = int(value)
+    if number not in pb.Verdict.values() or number == pb.VERDICT_UNSPECIFIED:
+        raise ValueError(f"{value!r} is no verdict number of the sandbox protocol")
+    return pb.Verdict.Name(number).lower()
+
+
 @dataclass
 class TrialOutcome:
     index: int

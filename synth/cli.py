@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     stats.add_argument("--png", type=Path, default=None, help="plot path (default: FILE.stats.png)")
     stats.set_defaults(handler=_stats)
 
+    from synth.kernelbench.cli import register as register_kernelbench
+
+    register_kernelbench(sub)
+
     try:
         from synth.teacher.cli import register as register_teacher
     except ModuleNotFoundError as err:

@@ -24,6 +24,8 @@ from typing import Any, overload
 
 import numpy as np
 
+from sandbox.result import verdict_name
+
 from . import packing
 from .data import (
     DataError,
@@ -76,7 +78,7 @@ def read_sft_pairs(
     for number, record in read_jsonl(Path(path)):
         where = f"{path}:{number}"
         counts.records += 1
-        verdict = require(record, "verdict", str, where)
+        verdict = _verdict(record, where)
         if verdict != "correct":
             verdicts[verdict] += 1
             continue
@@ -100,6 +102,14 @@ def read_sft_pairs(
     if not pairs:
         raise DataError(f"{path}: no correct pairs to train on ({counts.to_dict()})")
     return pairs, counts
+
+
+def _verdict(record: dict[str, Any], where: str) -> str:
+    """The record's verdict name; older files carry the sandbox enum's number instead."""
+    try:
+        return verdict_name(record.get("verdict"))
+    except ValueError as err:
+        raise DataError(f"{where}: `verdict`: {err}") from None
 
 
 @dataclass

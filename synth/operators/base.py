@@ -13,6 +13,9 @@ in a group module (and a test). The same entry serves every stage:
 - `flops(ins, outs, params)` returns `(coef, factors)` with FLOPs = coef * prod(factors);
   it works on symbolic dims (for the solver) and on ints (for records) alike.
 - `render(args, params, in_shapes)` prints the canonical call expression.
+- `call` (`synth.operators.call.Call`) states every way a program may write the call,
+  for readers of programs; `synth.operators.infer.output_shape` runs `shape` on known
+  sizes for them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from synth.dims import Atom, DimSystem
+from synth.operators.call import Call
 from synth.profiles import MAX_RANK, Profile
 
 T = TypeVar("T")
@@ -74,6 +78,12 @@ class Operator:
     weight_slots: tuple[int, ...] = ()
     """Input slots that always read a fresh program input (conv weights), never a
     computed tensor."""
+    call: Call | None = None
+    """How programs may write the operator (names, arguments, defaults): what a reader
+    of programs recognises; `render` prints its canonical form."""
+    aten: tuple[str, ...] = ()
+    """ATen operators (overload packet names) other than `name` that compute it, for
+    readers of exported graphs (`synth.kernelbench`): `amax` is `max`."""
 
     @cached_property
     def rank_table(self) -> tuple[tuple[tuple[int, ...], Params], ...]:
@@ -188,9 +198,10 @@ def broadcast_pattern(
 
 
 def broadcast_dims(
-    m: DimSystem, ins: Sequence[Sequence[Atom]], pattern: Sequence[Sequence[int]]
+    m: DimSystem, ins: Sequence[Sequence[Atom]], pattern: Sequence[Sequence[int]] | None
 ) -> list[Atom]:
-    """Right-aligned broadcasting with the given pattern of size-1 inputs."""
+    """Right-aligned broadcasting with the given pattern of size-1 inputs (None: none
+    forced, PyTorch's rule alone)."""
     out_rank = max((len(s) for s in ins), default=0)
     out: list[Atom] = []
     for p in range(out_rank):
@@ -198,7 +209,7 @@ def broadcast_dims(
         for i, s in enumerate(ins):
             if len(s) >= out_rank - p:
                 d = s[len(s) - out_rank + p]
-                if i in pattern[p]:
+                if pattern is not None and i in pattern[p]:
                     m.unify(d, m.ONE)
                 elif m.fixed(d) != 1:
                     rest.append(d)

@@ -14,6 +14,7 @@ from synth.operators.base import (
     same_rank,
     template,
 )
+from synth.operators.call import REQUIRED, Call, min_rank
 
 
 def _transpose_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
@@ -60,6 +61,9 @@ OPERATORS: list[Operator] = [
         shape=_transpose_shape,
         flops=elementwise_flops(1),
         render=template("torch.transpose({0}, -2, -1)"),
+        call=Call(
+            ("torch.transpose",), params=(("dim0", REQUIRED), ("dim1", REQUIRED)), ranks=min_rank(2)
+        ),
     ),
     Operator(
         name="cat",
@@ -70,6 +74,14 @@ OPERATORS: list[Operator] = [
         shape=_cat_shape,
         flops=elementwise_flops(1),
         render=template("torch.cat([{0}, {1}], dim={dim})"),
+        call=Call(
+            ("torch.cat", "torch.concat"),
+            tensors=("tensors",),
+            params=(("dim", 0),),
+            tensor_list=True,
+            ranks=min_rank(1, 2),
+            same_rank=True,
+        ),
     ),
     Operator(
         name="stack",
@@ -80,6 +92,13 @@ OPERATORS: list[Operator] = [
         shape=_stack_shape,
         flops=elementwise_flops(1),
         render=template("torch.stack([{0}, {1}], dim={dim})"),
+        call=Call(
+            ("torch.stack",),
+            tensors=("tensors",),
+            params=(("dim", 0),),
+            tensor_list=True,
+            same_rank=True,
+        ),
     ),
     Operator(
         name="triu",
@@ -89,6 +108,7 @@ OPERATORS: list[Operator] = [
         shape=_same_shape,
         flops=elementwise_flops(1),
         render=template("torch.triu({0})"),
+        call=Call(("torch.triu",), params=(("diagonal", 0),), ranks=min_rank(2)),
     ),
     Operator(
         name="tril",
@@ -98,5 +118,6 @@ OPERATORS: list[Operator] = [
         shape=_same_shape,
         flops=elementwise_flops(1),
         render=template("torch.tril({0})"),
+        call=Call(("torch.tril",), params=(("diagonal", 0),), ranks=min_rank(2)),
     ),
 ]

@@ -16,6 +16,7 @@ from synth.operators.base import (
     exact_rank,
     template,
 )
+from synth.operators.call import Call, min_rank
 
 
 def _matmul_params(ctx: ParamContext) -> Params:
@@ -25,7 +26,7 @@ def _matmul_params(ctx: ParamContext) -> Params:
 def _matmul_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
     a, b = ins
     m.unify(a[-1], b[-2])
-    batch = broadcast_dims(m, [a[:-2], b[:-2]], params["_broadcast"])
+    batch = broadcast_dims(m, [a[:-2], b[:-2]], params.get("_broadcast"))
     return [*batch, a[-2], b[-1]]
 
 
@@ -53,6 +54,8 @@ OPERATORS: list[Operator] = [
         shape=_matmul_shape,
         flops=_contraction_flops,
         render=template("torch.matmul({0}, {1})"),
+        call=Call(("torch.matmul",), tensors=("input", "other"), ranks=min_rank(2, 2)),
+        aten=("mm",),
     ),
     Operator(
         name="bmm",
@@ -62,5 +65,6 @@ OPERATORS: list[Operator] = [
         shape=_bmm_shape,
         flops=_contraction_flops,
         render=template("torch.bmm({0}, {1})"),
+        call=Call(("torch.bmm",), tensors=("input", "mat2"), ranks=((3, 3), (3, 3))),
     ),
 ]

@@ -20,13 +20,16 @@ from synth.operators.base import (
     same_rank,
     template,
 )
+from synth.operators.call import REQUIRED, Call, min_rank
 
 NORM_FLOPS = 5
 """Per element: mean, variance, subtract, divide, (scale)."""
 
 
-def _keep(m: DimSystem, x: list[Atom], axis: int) -> list[Atom]:
-    m.at_least(x[axis], 2)
+def _keep(m: DimSystem, x: list[Atom], axis: int | None) -> list[Atom]:
+    """`x` unchanged, `axis` (the drawn `_nonunit`, absent from a given program) >= 2."""
+    if axis is not None:
+        m.at_least(x[axis], 2)
     return list(x)
 
 
@@ -66,10 +69,11 @@ def _gn_params(ctx: ParamContext) -> Params:
 def _gn_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
     (x,) = ins
     per_group = m.split(x[1], params["num_groups"])
-    if params["_nonunit"] == 1:
+    nonunit = params.get("_nonunit")
+    if nonunit == 1:
         m.at_least(per_group, 2)
-    else:
-        m.at_least(x[params["_nonunit"]], 2)
+    elif nonunit is not None:
+        m.at_least(x[nonunit], 2)
     return list(x)
 
 
@@ -79,7 +83,7 @@ def _in_params(ctx: ParamContext) -> Params:
 
 
 def _nonunit_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
-    return _keep(m, ins[0], params["_nonunit"])
+    return _keep(m, ins[0], params.get("_nonunit"))
 
 
 OPERATORS: list[Operator] = [
@@ -92,6 +96,19 @@ OPERATORS: list[Operator] = [
         shape=_nonunit_shape,
         flops=input_flops(NORM_FLOPS),
         render=_bn_render,
+        call=Call(
+            ("F.batch_norm",),
+            params=(
+                ("running_mean", REQUIRED),
+                ("running_var", REQUIRED),
+                ("weight", None),
+                ("bias", None),
+                ("training", False),
+                ("momentum", 0.1),
+                ("eps", 1e-5),
+            ),
+            ranks=min_rank(2),
+        ),
     ),
     Operator(
         name="layer_norm",
@@ -102,6 +119,16 @@ OPERATORS: list[Operator] = [
         shape=_nonunit_shape,
         flops=input_flops(NORM_FLOPS),
         render=_ln_render,
+        call=Call(
+            ("F.layer_norm",),
+            params=(
+                ("normalized_shape", REQUIRED),
+                ("weight", None),
+                ("bias", None),
+                ("eps", 1e-5),
+            ),
+            ranks=min_rank(1),
+        ),
     ),
     Operator(
         name="group_norm",
@@ -112,6 +139,11 @@ OPERATORS: list[Operator] = [
         shape=_gn_shape,
         flops=input_flops(NORM_FLOPS),
         render=template("F.group_norm({0}, num_groups={num_groups})"),
+        call=Call(
+            ("F.group_norm",),
+            params=(("num_groups", REQUIRED), ("weight", None), ("bias", None), ("eps", 1e-5)),
+            ranks=min_rank(2),
+        ),
     ),
     Operator(
         name="instance_norm",
@@ -122,5 +154,18 @@ OPERATORS: list[Operator] = [
         shape=_nonunit_shape,
         flops=input_flops(NORM_FLOPS),
         render=template("F.instance_norm({0})"),
+        call=Call(
+            ("F.instance_norm",),
+            params=(
+                ("running_mean", None),
+                ("running_var", None),
+                ("weight", None),
+                ("bias", None),
+                ("use_input_stats", True),
+                ("momentum", 0.1),
+                ("eps", 1e-5),
+            ),
+            ranks=min_rank(3),
+        ),
     ),
 ]

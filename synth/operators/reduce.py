@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from synth.dims import Atom, DimSystem
 from synth.operators.base import (
     Operator,
@@ -12,6 +14,7 @@ from synth.operators.base import (
     same_rank,
     template,
 )
+from synth.operators.call import REQUIRED, Call, min_rank
 
 
 def _reduce_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
@@ -22,7 +25,19 @@ def _reduce_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[A
     return [*x[:d], *kept, *x[d + 1 :]]
 
 
-def reduction(name: str, call: str, suffix: str = "", coef: int = 1) -> Operator:
+REDUCE_PARAMS = (("dim", REQUIRED), ("keepdim", False))
+
+
+def reduction(
+    name: str,
+    call: str,
+    suffix: str = "",
+    coef: int = 1,
+    params: tuple[tuple[str, Any], ...] = REDUCE_PARAMS,
+    aten: tuple[str, ...] = (),
+) -> Operator:
+    """A reduction along `dim`; `params` are its call's parameters with their defaults,
+    `aten` other ATen operators that compute it."""
     return Operator(
         name=name,
         group="reduction",
@@ -32,6 +47,8 @@ def reduction(name: str, call: str, suffix: str = "", coef: int = 1) -> Operator
         shape=_reduce_shape,
         flops=input_flops(coef),
         render=template(f"{call}({{0}}, dim={{dim}}, keepdim={{keepdim}}){suffix}"),
+        call=Call((call,), params=params, suffix=suffix or None, ranks=min_rank(1)),
+        aten=aten,
     )
 
 
@@ -44,7 +61,14 @@ def _axis_shape(min_size: int):
     return shape
 
 
-def along_axis(name: str, call: str, group: str, suffix: str = "", coef: int = 1) -> Operator:
+def along_axis(
+    name: str,
+    call: str,
+    group: str,
+    suffix: str = "",
+    coef: int = 1,
+    aliases: tuple[str, ...] = (),
+) -> Operator:
     """Shape-preserving op along `dim`. Softmax-likes need the axis longer than 1 (on one
     element softmax is the constant 1 and log_softmax the constant 0)."""
     return Operator(
@@ -56,20 +80,39 @@ def along_axis(name: str, call: str, group: str, suffix: str = "", coef: int = 1
         shape=_axis_shape(2 if group == "activation" else 1),
         flops=input_flops(coef),
         render=template(f"{call}({{0}}, dim={{dim}}){suffix}"),
+        call=Call(
+            (call, *aliases),
+            params=(("dim", REQUIRED),),
+            suffix=suffix or None,
+            ranks=min_rank(1),
+        ),
     )
 
 
 OPERATORS: list[Operator] = [
     reduction("sum", "torch.sum"),
     reduction("mean", "torch.mean"),
-    reduction("max", "torch.max", ".values"),
-    reduction("min", "torch.min", ".values"),
+    reduction("max", "torch.max", ".values", aten=("amax",)),
+    reduction("min", "torch.min", ".values", aten=("amin",)),
     reduction("argmax", "torch.argmax", ".float()"),
     reduction("argmin", "torch.argmin", ".float()"),
-    reduction("var", "torch.var", coef=3),
-    reduction("norm", "torch.norm", coef=3),
-    along_axis("softmax", "torch.softmax", "activation", coef=3),
-    along_axis("log_softmax", "torch.log_softmax", "activation", coef=3),
+    reduction(
+        "var",
+        "torch.var",
+        coef=3,
+        params=(("dim", REQUIRED), ("unbiased", True), ("keepdim", False), ("correction", None)),
+    ),
+    reduction(
+        "norm",
+        "torch.norm",
+        coef=3,
+        params=(("p", "fro"), ("dim", REQUIRED), ("keepdim", False)),
+        aten=("linalg_vector_norm",),
+    ),
+    along_axis("softmax", "torch.softmax", "activation", coef=3, aliases=("F.softmax",)),
+    along_axis(
+        "log_softmax", "torch.log_softmax", "activation", coef=3, aliases=("F.log_softmax",)
+    ),
     along_axis("cumsum", "torch.cumsum", "scan"),
     along_axis("cummax", "torch.cummax", "scan", ".values"),
     along_axis("cummin", "torch.cummin", "scan", ".values"),

@@ -20,6 +20,7 @@ from synth.operators.base import (
     pick_divisor,
     template,
 )
+from synth.operators.call import REQUIRED, Call
 
 
 def _pinned_kernel(ctx: ParamContext) -> int | None:
@@ -74,17 +75,19 @@ def _pool_params(dilated: bool):
     return sample
 
 
-def _pool_shape(covers_kernel: bool):
-    """`covers_kernel`: PyTorch's avg_pool3d also wants every unpadded spatial dim >= k."""
+def _pool_shape(n: int, covers_kernel: bool):
+    """Windows over the last `n` dims (a given program may leave out the batch dim).
+    `covers_kernel`: PyTorch's avg_pool3d also wants every unpadded spatial dim >= k."""
 
     def shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
         (x,) = ins
         k, s, p = params["kernel_size"], params["stride"], params["padding"]
         d = params.get("dilation", 1)
+        spatial = x[-n:]
         if covers_kernel:
-            for n in x[2:]:
-                m.at_least(n, k)
-        return [x[0], x[1], *(m.window(n, k, s, p, d) for n in x[2:])]
+            for size in spatial:
+                m.at_least(size, k)
+        return [*x[:-n], *(m.window(size, k, s, p, d) for size in spatial)]
 
     return shape
 
@@ -96,21 +99,44 @@ def _pool_flops(
     return params["kernel_size"] ** (len(out) - 2), list(out)
 
 
+_POOL_PARAMS = {
+    "avg": (
+        ("kernel_size", REQUIRED),
+        ("stride", None),
+        ("padding", 0),
+        ("ceil_mode", False),
+        ("count_include_pad", True),
+    ),
+    "max": (
+        ("kernel_size", REQUIRED),
+        ("stride", None),
+        ("padding", 0),
+        ("dilation", 1),
+        ("ceil_mode", False),
+        ("return_indices", False),
+    ),
+}
+
+
 def pool(kind: str, n: int) -> Operator:
     dilated = kind == "max"
     extra = ", dilation={dilation}" if dilated else ""
+    params = _POOL_PARAMS[kind]
+    if kind == "avg" and n > 1:
+        params += (("divisor_override", None),)  # avg_pool1d has none
     return Operator(
         name=f"{kind}_pool{n}d",
         group="pooling",
         arity=1,
         rank_rule=exact_rank(n + 2),
         sample_params=_pool_params(dilated),
-        shape=_pool_shape(covers_kernel=kind == "avg" and n == 3),
+        shape=_pool_shape(n, covers_kernel=kind == "avg" and n == 3),
         flops=_pool_flops,
         render=template(
             f"F.{kind}_pool{n}d({{0}}, kernel_size={{kernel_size}}, stride={{stride}}, "
             f"padding={{padding}}{extra})"
         ),
+        call=Call((f"F.{kind}_pool{n}d",), params=params, ranks=((n + 1, n + 2),)),
     )
 
 
@@ -139,16 +165,28 @@ def _conv_params(transposed: bool):
     return sample
 
 
-def _conv_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
-    """x [N, Cin, s...], w [Cout, Cin/G, k...] -> [N, Cout, o...]."""
-    x, w = ins
-    g, k = params["groups"], params["kernel_size"]
-    m.unify(w[1], m.split(x[1], g))
-    m.split(w[0], g)  # Cout divisible by groups
+def _kernel_sizes(m: DimSystem, w: list[Atom], params: Params) -> list[int]:
+    """The kernel's size per spatial dim: the drawn `kernel_size` in every dim, or, in a
+    given program (known sizes, no `kernel_size`), the weight's own sizes."""
+    if "kernel_size" not in params:
+        return [m.fixed(kd) for kd in w[2:]]
+    k = params["kernel_size"]
     for kd in w[2:]:
         m.unify(kd, m.const(k))
+    return [k] * (len(w) - 2)
+
+
+def _conv_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
+    """x [N, Cin, s...], w [Cout, Cin/G, k...] -> [N, Cout, o...] (N may be absent)."""
+    x, w = ins
+    n = len(w) - 2
+    g = params["groups"]
+    m.unify(w[1], m.split(x[-n - 1], g))
+    m.split(w[0], g)  # Cout divisible by groups
+    kernel = _kernel_sizes(m, w, params)
     s, p, d = params["stride"], params["padding"], params["dilation"]
-    return [x[0], w[0], *(m.window(n, k, s, p, d) for n in x[2:])]
+    spatial = [m.window(size, k, s, p, d) for size, k in zip(x[-n:], kernel, strict=True)]
+    return [*x[: -n - 1], w[0], *spatial]
 
 
 def _conv_flops(
@@ -159,16 +197,18 @@ def _conv_flops(
 
 
 def _conv_transpose_shape(m: DimSystem, ins: list[list[Atom]], params: Params) -> list[Atom]:
-    """x [N, Cin, s...], w [Cin, Cout/G, k...] -> [N, Cout, o...]."""
+    """x [N, Cin, s...], w [Cin, Cout/G, k...] -> [N, Cout, o...] (N may be absent)."""
     x, w = ins
-    g, k = params["groups"], params["kernel_size"]
-    m.unify(w[0], x[1])
-    m.split(x[1], g)  # Cin divisible by groups
-    for kd in w[2:]:
-        m.unify(kd, m.const(k))
+    n = len(w) - 2
+    g = params["groups"]
+    m.unify(w[0], x[-n - 1])
+    m.split(x[-n - 1], g)  # Cin divisible by groups
+    kernel = _kernel_sizes(m, w, params)
     s, p, d, op = params["stride"], params["padding"], params["dilation"], params["output_padding"]
-    spatial = [m.transposed_window(n, k, s, p, d, op) for n in x[2:]]
-    return [x[0], m.scale(w[1], g), *spatial]
+    spatial = [
+        m.transposed_window(size, k, s, p, d, op) for size, k in zip(x[-n:], kernel, strict=True)
+    ]
+    return [*x[: -n - 1], m.scale(w[1], g), *spatial]
 
 
 def _conv_transpose_flops(
@@ -176,6 +216,17 @@ def _conv_transpose_flops(
 ) -> tuple[int, list[Any]]:
     """2 * |x| * (Cout/G) * k^N: every input element meets Cout/G kernels."""
     return 2, [*ins[0], *ins[1][1:]]
+
+
+_CONV_PARAMS = (("bias", None), ("stride", 1), ("padding", 0), ("dilation", 1), ("groups", 1))
+_CONV_TRANSPOSE_PARAMS = (
+    ("bias", None),
+    ("stride", 1),
+    ("padding", 0),
+    ("output_padding", 0),
+    ("groups", 1),
+    ("dilation", 1),
+)
 
 
 def conv(n: int, transposed: bool = False) -> Operator:
@@ -197,6 +248,12 @@ def conv(n: int, transposed: bool = False) -> Operator:
         flops=_conv_transpose_flops if transposed else _conv_flops,
         render=template(f"F.{name}({{0}}, {{1}}, {args})"),
         weight_slots=(1,),
+        call=Call(
+            (f"F.{name}",),
+            tensors=("input", "weight"),
+            params=_CONV_TRANSPOSE_PARAMS if transposed else _CONV_PARAMS,
+            ranks=((n + 1, n + 2), (n + 2, n + 2)),
+        ),
     )
 
 

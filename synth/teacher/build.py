@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from sandbox.result import verdict_name
+
 from .parse import TranslationError
 from .prompt import build_completion, build_prompt
 from .translate import translate
@@ -46,7 +48,7 @@ class SandboxDown(RuntimeError):
 
 
 class VerifyResultLike(Protocol):
-    verdict: str
+    verdict: str | int  # a name; an enum number is read as its name
     message: str
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
@@ -196,13 +198,13 @@ def process(
     base["ops"] = ops
     try:
         result = verify(source, translation.code)
+        verdict = verdict_name(result.verdict)  # files carry names, never enum numbers
     except fatal:
         raise
     except Exception as err:  # noqa: BLE001 - the sandbox failed, not the kernel: retry later
         return Outcome(
             pid, ops, "infrastructure_error", {**base, "errors": [f"{type(err).__name__}: {err}"]}
         )
-    verdict = str(result.verdict).lower()
     if verdict in RETRY_VERDICTS:
         return Outcome(pid, ops, "infrastructure_error", {**base, "errors": [result.message]})
     pair = {

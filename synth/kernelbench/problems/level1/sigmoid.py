@@ -1,0 +1,25 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Logistic sigmoid."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x)
+
+
+batch_size = 128
+features = 4096
+
+
+def get_inputs():
+    x = torch.randn(batch_size, features)
+    return [x]
+
+
+def get_init_inputs():
+    return []
