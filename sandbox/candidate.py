@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sandbox import isolation
+from sandbox.timed_harness import timing_commands
 from sandbox.transfer import numel_of, receive_descriptors
 
 MAX_MESSAGE = 4000
@@ -110,8 +111,6 @@ class Harness:
         self.entry: Any = None
         self.seq: int | None = None  # of the command being served
         self.received = 0.0  # when it came (perf_counter), for the grader's stage accounting
-        self.staged: list[Any] = []
-        self.timed: dict[str, Any] = {}
         self.clock = None
         self.gpu_cap: int | None = None  # bytes of GPU memory this candidate may take
         self.fds: list[int] = []  # shared device buffers that came with the current command
@@ -145,6 +144,8 @@ class Harness:
             self.startup["triton"] = time.monotonic()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        # The timing commands, bound now, before any candidate code (`sandbox.timed_harness`).
+        self.timing = timing_commands(self)
 
     # -- plumbing -----------------------------------------------------------------
     def reply(self, **payload: Any) -> None:
@@ -299,6 +300,10 @@ class Harness:
             entry, missing = self._entry_point(module, msg)
         if self.refused(built.report):
             return
+        # Whatever the import queued on the GPU ends before the grader hears back: the
+        # grader holds its share of the GPU gate until then (no kernel left spinning
+        # beside another job's timed loop or baselines).
+        self._settle()
         if missing:
             self.reply(ok=False, error_type="no_entry_point", message=missing)
             return
@@ -412,64 +417,6 @@ class Harness:
         del targets
         return len(result), outputs
 
-    def time(self, msg: dict[str, Any]) -> None:
-        """Time the candidate on the staged inputs: one guarded stretch for the loop,
-        each call inside it guarded as a trial's is."""
-        from sandbox.timing import time_cuda, time_wall
-
-        if self.clock is None:
-            self.reply(ok=False, error_type="sandbox_error", message="timing needs CUDA")
-            return
-        inputs = self.staged
-        box: list[Any] = []
-        # One set of outputs per kept loop and one in flight: a loop timed again drops
-        # its earlier outputs, and each call's are freed before the next one allocates
-        # (as the grader's baseline loops do), within the GPU memory cap of 3x the I/O.
-        self.timed.pop(msg.get("slot", "events"), None)
-
-        def step() -> None:
-            box.clear()
-            box.append(self._call(inputs))
-
-        started = self._perf()
-        loop = self.instruments.call("normal", self.classify, steps=True)
-        with loop:
-            loop.hold(inputs)
-            guarded = loop.armed(step)
-            if msg.get("wall"):
-                times = [time_wall(guarded, self.clock, msg["runs"])]
-            else:
-                times = time_cuda(guarded, self.clock, msg["runs"], msg["warmup"])
-            loop.hold(box[0] if box else [])
-        if self.refused(loop.report):
-            return
-        # Kept for `fetch`, which copies them out after the grader's clock has stopped.
-        self.timed[msg.get("slot", "events")] = box[0] if box else []
-        # The loop's own duration, for the grader's stage accounting only (never trusted).
-        self.reply(ok=True, times=times, loop_s=self._perf() - started)
-
-    def fetch(self, msg: dict[str, Any]) -> None:
-        """Write the outputs of the last call of each timed loop into the grader's files."""
-        tensor = self._tensor_type
-        targets = []  # held until the copies are done (see `run`)
-        for slot, specs in msg["outputs"].items():
-            result = self.timed.get(slot, [])
-            if type(result) is tensor:
-                result = [result]
-            if type(result) not in (list, tuple):
-                continue
-            for value, spec in zip(result, specs, strict=False):
-                if (
-                    type(value) is tensor
-                    and list(self._size(value)) == spec["shape"]
-                    and self._numel(value)
-                ):
-                    targets.append(self._tensor(spec, shared=True))
-                    self._copy(targets[-1], self._detach(value))
-        self._settle()
-        del targets
-        self.reply(ok=True)
-
     def memory(self, msg: dict[str, Any]) -> None:
         """The most GPU memory this process's allocator held (statistics for the grader)."""
         peak = self.torch.cuda.max_memory_allocated() if self.clock is not None else 0
@@ -479,20 +426,12 @@ class Harness:
         """An empty round trip: the grader subtracts its cost from the host-clock timing."""
         self.reply(ok=True)
 
-    def stage(self, msg: dict[str, Any]) -> None:
-        """Put timing inputs on the device ahead of `time`, outside the grader's clock."""
-        self.staged = self._inputs(msg["inputs"])
-        self._sync()
-        self.reply(ok=True)
-
     def serve(self) -> None:
         handlers = {
             "probe": self.probe,
             "load": self.load,
             "run": self.run,
-            "stage": self.stage,
-            "time": self.time,
-            "fetch": self.fetch,
+            **self.timing,
             "ping": self.ping,
             "memory": self.memory,
         }

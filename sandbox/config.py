@@ -48,6 +48,9 @@ class SandboxConfig:
     candidate_memory_mb: int = 8192
     candidate_cpu_s: int = 600
     candidate_output_mb: int = 64
+    # What a candidate may write into its job directory (a tmpfs of its own where the grader
+    # may mount), beyond the grader's own files there, which are sized from the job's I/O.
+    candidate_job_dir_mb: int = 1024
     allow_weak_isolation: bool = False
     timing_runs: int = 50
     timing_warmup: int = 5

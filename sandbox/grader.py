@@ -42,6 +42,7 @@ from sandbox.config import (
 from sandbox.gpu_budget import GIB, BudgetTimeout, GpuMemoryBudget
 from sandbox.gpu_gate import GpuGate
 from sandbox.grading import gpu, timed, trials
+from sandbox.grading.idle import IdleProbe
 from sandbox.grading.job import Job, JobContext, ProblemEntry, Rejected, death_verdict
 from sandbox.grading.stages import add_stage, stage
 from sandbox.isolation import Limits
@@ -141,6 +142,7 @@ class Grader:
         self.limits = Limits(
             cpu_s=config.candidate_cpu_s,
             file_mb=config.candidate_output_mb,
+            job_dir_mb=config.candidate_job_dir_mb,
             memory_mb=config.candidate_memory_mb,
             use_address_space_limit=device == "cpu",
         )
@@ -159,6 +161,7 @@ class Grader:
         self.gpu_budget: GpuMemoryBudget | None = None
         self.launchers: LauncherCache | None = None
         self.gate: GpuGate | None = None
+        self.idle_probe: IdleProbe | None = None
         # Tensors cross to candidates in shared device memory where the driver allows.
         self.share_memory = False
         if device == "cuda":
@@ -168,6 +171,9 @@ class Grader:
             self.gate = GpuGate(config.job_root)
             with self.gate.exclusive():  # the spin rate, measured with the GPU to itself
                 self.clock = bind_clock()
+                # What a known kernel takes on an idle GPU: the baselines' idle check.
+                self.idle_probe = IdleProbe(self.clock)
+                self.idle_probe.calibrate()
             why_not = device_share.available()  # after PyTorch has made its CUDA context
             self.share_memory = why_not is None
             if why_not is not None:
@@ -259,7 +265,10 @@ class Grader:
         known = {**job.known_baselines, **entry.baseline_ms}
         compiles = self._owns_baselines(job) and "torch_compile" in job.baselines
         compiles = compiles and "torch_compile" not in known
-        gib = gpu.job_gpu_gib(entry.io(), compiles_baseline=compiles)
+        timing = (0, 0)
+        if job.timing and self.clock is not None:
+            timing = entry.timing_bytes(self.config.timing_runs, self.config.timing_warmup)
+        gib = gpu.job_gpu_gib(entry.io(), compiles_baseline=compiles, timing_bytes=timing)
         if alone:
             gib = self.gpu_budget.capacity_gib
         result.gpu_memory_gib.update(io=entry.io() / GIB, reserved=float(gib))
@@ -465,7 +474,7 @@ class Grader:
         try:
             self._checks(ctx, proc)
         except gpu.CandidateOutOfMemory as claim:
-            cap = gpu.candidate_gpu_bytes(ctx.entry.io())
+            cap = ctx.candidate_gpu_bytes()
             verdict, message = gpu.gpu_full_verdict(claim.reported, cap, gpu.free_gpu_bytes())
             if verdict == "sandbox_error":
                 raise torch.cuda.OutOfMemoryError(message) from None
@@ -485,16 +494,21 @@ class Grader:
             trials.compile_pass(ctx, proc)
         slowest_call = trials.run_trials(ctx, proc)  # the no-launch call among them
         trials.check_log_cap(proc, self.limits.file_mb)
+        note = ""
         if ctx.job.timing and self.clock is not None:
-            timed.time_candidate(ctx, proc, slowest_call)
-        ctx.result.message = f"correct on {ctx.job.trials} trials"
+            note = timed.time_candidate(ctx, proc, slowest_call)
+        ctx.result.message = f"correct on {ctx.job.trials} trials" + (
+            f" (timed with {note})" if note else ""
+        )
 
     def _owns_baselines(self, job: Job) -> bool:
         """Whether this job measures the problem's baselines (the runner defers the rest)."""
         return job.timing and self.clock is not None and not job.defer_baselines
 
     def _baselines(self, job: Job, entry: ProblemEntry, result: VerifyResult) -> None:
-        """Eager and torch.compile times for this problem (`timed.baselines`)."""
+        """Eager and torch.compile times for this problem (`timed.baselines`), once this
+        grader's finished candidates are gone (a process being killed may still run work)."""
+        self._wait_for_reapers()
         timed.baselines(
             job,
             entry,
@@ -503,6 +517,8 @@ class Grader:
             self.clock,
             self.config.timing_runs,
             self.config.timing_warmup,
+            probe=self.idle_probe,
+            settle=self._wait_for_reapers,
         )
         if self.device == "cuda":  # Inductor's leftovers, before the candidate takes its cap
             gpu.release_gpu_memory()

@@ -24,6 +24,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 FORBIDDEN, TAMPER = "torch_fallback", "tampering"
+# The GPU's clock registers, as PTX names them (the static gate's `TIMER_REGISTERS`).
+TIMER_REGISTERS = r"%\s*(?:globaltimer(?:_lo|_hi)?|clock(?:64|_hi)?)\b"
 # (the guard's state: `armed`, `in_launch`; a refusal callback records and raises)
 State = Any
 Refuse = Callable[..., None]
@@ -35,6 +37,10 @@ Refuse = Callable[..., None]
 _READS = "reads tensor values on the host; compute in a Triton kernel"
 _RAW = "reaches raw memory outside PyTorch and Triton"
 _MODES = "switches the PyTorch dispatch guard off"
+_GRAPHS = "uses CUDA graphs, which replay work no check sees"
+_GRAPH_METHODS = ("capture_begin", "capture_end", "replay", "instantiate")
+_STREAMS = "switches CUDA streams (a timed run is the work of one stream)"
+_SPINS = "spins the GPU outside a Triton kernel"
 
 
 def _escape_hatches() -> list[tuple[Any, tuple[str, ...], str, str]]:
@@ -157,6 +163,14 @@ def _escape_hatches() -> list[tuple[Any, tuple[str, ...], str, str]]:
             "changes its GPU memory cap",
         ),
         (torch._C, ("_cuda_setMemoryFraction",), TAMPER, "changes its GPU memory cap"),
+        # Timing: a timed run is one stream's work between two events, every run checked.
+        (torch.cuda.CUDAGraph, _GRAPH_METHODS, TAMPER, _GRAPHS),
+        (getattr(torch._C, "_CUDAGraph", None), _GRAPH_METHODS, TAMPER, _GRAPHS),
+        (torch.cuda, ("make_graphed_callables",), TAMPER, _GRAPHS),
+        (torch.cuda, ("set_stream", "_set_stream_by_id"), TAMPER, _STREAMS),
+        (torch._C, ("_cuda_setStream",), TAMPER, _STREAMS),
+        (torch.cuda, ("_sleep",), TAMPER, _SPINS),
+        (torch._C, ("_cuda_sleep",), TAMPER, _SPINS),
     ]
     with contextlib.suppress(ImportError):
         import torch.cuda.jiterator as jiterator
@@ -180,6 +194,8 @@ def wrap_escape_hatches(state: State, refuse: Refuse) -> list[tuple[Any, str, An
     wrapped: list[tuple[Any, str, Any]] = []
     originals: dict[int, tuple[Any, Any]] = {}
     for owner, names, kind, why in _escape_hatches():
+        if owner is None:
+            continue
         for name in names:
             try:
                 static = inspect.getattr_static(owner, name)
@@ -204,6 +220,40 @@ def wrap_escape_hatches(state: State, refuse: Refuse) -> list[tuple[Any, str, An
                 with contextlib.suppress(AttributeError, TypeError):
                     setattr(module, name, found[1])
                     wrapped.append((module, name, found[1]))
+    wrapped += _wrap_compiler(state, refuse)
+    return wrapped
+
+
+def _wrap_compiler(state: State, refuse: Refuse) -> list[tuple[Any, str, Any]]:
+    """Triton's `compile`, for candidate kernels: one whose PTX reads the GPU's clocks
+    (`%globaltimer`, `%clock`; inline assembly the static gate did not see) is refused, as
+    it could tell back-to-back timed calls from trials. (JIT functions pick `compile` up
+    from `triton.compiler` when first launched, after this.)"""
+    import re
+
+    try:
+        import triton.compiler
+        import triton.compiler.compiler
+    except ImportError:
+        return []
+    original = triton.compiler.compile
+    timer = re.compile(TIMER_REGISTERS)
+    what = "compiled a kernel that reads the GPU's clock: it could tell timed calls apart"
+
+    def compile_checked(*args: Any, **kwargs: Any) -> Any:
+        kernel = original(*args, **kwargs)
+        if state.armed:
+            asm = getattr(kernel, "asm", None)
+            ptx = asm.get("ptx") if isinstance(asm, dict) else None
+            if isinstance(ptx, str) and timer.search(ptx):
+                refuse(TAMPER, what)
+        return kernel
+
+    wrapped = []
+    for owner in (triton.compiler, triton.compiler.compiler, sys.modules.get("triton")):
+        if owner is not None and vars(owner).get("compile") is original:
+            owner.compile = compile_checked
+            wrapped.append((owner, "compile", compile_checked))
     return wrapped
 
 
@@ -342,6 +392,12 @@ _FUNCTION_INTERNALS = frozenset({"__code__"})
 # What in the job directory candidate code may open (its source, its bytecode, Triton's
 # cache); the rest is the grader's (the exchange files).
 _PROC_MEMORY = frozenset({"mem", "pagemap"})
+# Frames: the candidate's own lead to the harness's (`f_back`), whose loop and clock are
+# not its to see. The events a frame read raises (`sys._getframe`, these attributes) are
+# refused where the reader is the candidate's code, or a frame walker it called directly.
+_CANDIDATE_SOURCE = "candidate.py"
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_FRAMES_LOOKED_AT = 2  # the reader and its caller: a frame walker the candidate calls
 _OWN_FILES = (
     "candidate.py",
     "__pycache__" + os.sep,
@@ -383,6 +439,30 @@ def add_audit_hook(
     refused, process_events, tools = _AUDIT_REFUSED, _PROCESS_EVENTS, _COMPILER_TOOLS
     home = realpath(home) + os.sep
     own = tuple(join(home, name) for name in _OWN_FILES)
+    candidate_file = join(home, _CANDIDATE_SOURCE)
+    frame_attributes = _FRAME_ATTRIBUTES
+    getframe = sys._getframe
+    real_paths: dict[str, str] = {}
+    inside = [False]  # the hook's own frame reads raise events of their own
+
+    def called_from_candidate() -> bool:
+        """Whether one of the few frames nearest the event is the candidate's code."""
+        inside[0] = True
+        try:
+            frame = getframe(2)  # this function's, the hook's, then the event's caller
+            for _ in range(_FRAMES_LOOKED_AT):
+                if frame is None:
+                    return False
+                name = frame.f_code.co_filename
+                path = real_paths.get(name)
+                if path is None:
+                    path = real_paths[name] = realpath(name)
+                if path == candidate_file:
+                    return True
+                frame = frame.f_back
+            return False
+        finally:
+            inside[0] = False
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "sys.addaudithook":
@@ -410,6 +490,17 @@ def add_audit_hook(
                 refuse(FORBIDDEN, "opened a process's memory as a file")
         elif event == "os.chdir":
             refuse(TAMPER, "changed its working directory")
+        elif (
+            (
+                event == "sys._getframe"
+                or (event == "object.__getattr__" and args[1] in frame_attributes)
+            )
+            and not inside[0]
+            and not state.in_launch
+            and called_from_candidate()
+        ):
+            # From a frame, `f_back` leads to the harness's: its loop, its clock.
+            refuse(TAMPER, f"{event}: the candidate reads the call stack's frames")
 
     sys.addaudithook(hook)
 

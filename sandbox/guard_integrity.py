@@ -97,12 +97,32 @@ def watched_modules() -> list[tuple[str, Any]]:
     return spaces
 
 
+def sandbox_classes() -> list[tuple[str, type]]:
+    """The classes the sandbox's own modules define (the harness, the instruments, the
+    clock...): a method or property added to one, or replaced, would run code of the
+    candidate's where the harness calls its own."""
+    classes = []
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "sandbox" or name.startswith("sandbox.")):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and vars(value).get("__module__") == name:
+                classes.append((f"{name}.{value.__qualname__}", value))
+    return classes
+
+
+def _class_code(cls: type, _vars: Any = vars, _type: Any = type) -> dict[str, Any]:
+    """A class's entries that run code: functions, descriptors, classes (not counters)."""
+    return {k: v for k, v in _vars(cls).items() if callable(v) or hasattr(_type(v), "__get__")}
+
+
 class Baseline:
     """The state a call must leave as it found it (taken before the candidate loads)."""
 
     def __init__(self, extra: Iterable[tuple[str, Any]] = ()) -> None:
         spaces = [*watched_modules(), *extra]
         self.spaces = [(label, space, _code_entries(space)) for label, space in spaces]
+        self.classes = [(label, cls, _class_code(cls)) for label, cls in sandbox_classes()]
         self.sys_entries = {k: v for k, v in _code_entries(sys).items() if k not in _VOLATILE_SYS}
         self.hook_lists = {name: _tuple(getattr(sys, name)) for name in _HOOK_LISTS}
         self.gc_callbacks = _tuple(gc.callbacks)
@@ -118,6 +138,10 @@ class Baseline:
             for key, value in entries.items():
                 if now.get(key, value) is not value:
                     return f"rebound {label}.{key}"
+        for label, cls, code in self.classes:
+            now = _class_code(cls)
+            if now.keys() != code.keys() or any(now[k] is not v for k, v in code.items()):
+                return f"changed the sandbox's class {label}"
         now = _vars(sys)
         for key, value in self.sys_entries.items():
             if now.get(key, value) is not value:

@@ -5,11 +5,13 @@ job's cgroup (memory and process caps, and a kill that reaches all it starts:
 `sandbox.jail.cgroup`), resource limits (CPU time, file size, open files, address space
 on CPU), and fresh pid, network, mount, IPC, UTS and cgroup namespaces
 (`enter_namespaces`; the candidate is the init of its pid namespace, so its death ends
-every process it started). Inside, before anything else, `enter_jail` makes a minimal
-root its whole file system (`sandbox.jail.rootfs`: the runtime read-only, private /dev,
-/proc, /tmp and /dev/shm, the job directory) and drops to an unprivileged user
-(`sandbox.jail.identity`); once the harness has set itself up, `lock_down` loads the
-system-call filter (`sandbox.jail.seccomp`), just before any candidate code runs.
+every process it started). Its job directory is a size-limited tmpfs the grader mounted
+(`sandbox.jail.quota`). Inside, before anything else, `enter_jail` makes a minimal
+root its whole file system (`sandbox.jail.rootfs`: the runtime read-only, private /dev
+with only its own GPU's nodes (`sandbox.jail.gpu_nodes`), /proc, /tmp and /dev/shm, the
+job directory) and drops to an unprivileged user (`sandbox.jail.identity`); once the
+harness has set itself up, `lock_down` loads the system-call filter
+(`sandbox.jail.seccomp`), just before any candidate code runs.
 
 Hosts without root or without these kernel features run candidates with fewer walls;
 `features` names what holds, and the server refuses to start unless the operator
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.jail import identity, rootfs, seccomp
+from sandbox.jail import gpu_nodes, identity, quota, rootfs, seccomp
 from sandbox.jail import syscalls as sc
 from sandbox.jail.cgroup import CGROUP_ROOT, Cgroup, cgroups_available, kill_method
 
@@ -65,7 +67,7 @@ class Limits:
     open_files: int = 256
     memory_mb: int = 8192
     processes: int = 512
-    job_dir_mb: int = 1024  # the job directory's tmpfs, beyond the grader's own files in it
+    job_dir_mb: int = 1024  # its job directory's cap (sandbox.jail.quota), beyond the grader's
     use_address_space_limit: bool = True  # CUDA reserves huge address space: off on GPU
 
 
@@ -132,28 +134,38 @@ def enter_jail(
     Returns the walls that could not be raised (empty when fully jailed). A root that
     cannot be built raises: the process must not serve a candidate then.
     """
+    missing = []
+    if not quota.bounded(job_dir):  # seen before the root hides the host's mounts
+        missing.append("job directory quota (it is no size-limited tmpfs of its own)")
     if os.geteuid() != 0 or os.getpid() != 1:
-        return ["namespaces"]
+        return ["namespaces", *missing]
     uid = candidate_uid()  # as the grader decides it (the zygote decided it before forking)
     if not _pids_cgroup():
         # Counted per user across the host: a cap shared by every job's candidates, so
         # only where no per-job pids cgroup caps them.
         resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-    entries = rootfs.plan_root(job_dir, device, uid, scratch_mb, dict(os.environ), REPO_ROOT)
+    nvidia, why = gpu_nodes.for_env(os.environ) if device == "cuda" else ([], "")
+    if why:
+        missing.append(f"GPU device nodes (every GPU's node is bound: {why})")
+    entries = rootfs.plan_root(
+        job_dir, device, uid, scratch_mb, dict(os.environ), REPO_ROOT, nvidia=nvidia
+    )
     rootfs.build_root(entries)
     os.chdir(job_dir)
     if uid == 0:
         identity.drop_capabilities_as_root()
-        return ["unprivileged user (the Python runtime is not readable by others)"]
+        return [*missing, "unprivileged user (the Python runtime is not readable by others)"]
     identity.drop_to(uid)
-    return []
+    return missing
 
 
 def prepare() -> None:
     """In the zygote, before it forks: what every jail decides alike, decided once (the
-    candidate's user and the runtime's paths; about 7 ms a fork otherwise)."""
+    candidate's user, the runtime's paths, the GPU's nodes; about 7 ms a fork otherwise)."""
     candidate_uid()
     rootfs.python_paths(REPO_ROOT)
+    if os.environ.get("CUDA_VISIBLE_DEVICES") != "" and os.path.exists("/dev/nvidiactl"):
+        gpu_nodes.for_env(os.environ)  # the zygote's environment is its candidates'
 
 
 def lock_down() -> list[str]:
@@ -258,8 +270,18 @@ def features(
         ),
         feature(
             "private_dev",
-            jailed,
-            "/dev holds null, zero, full, random, urandom (and the GPU's nodes) only",
+            jailed and not lacks("GPU device nodes"),
+            lacks("GPU device nodes")
+            or "/dev holds null, zero, full, random, urandom (and the job's GPU's nodes: "
+            "nvidiactl, nvidia-uvm, its own nvidiaN) only",
+        ),
+        feature(
+            "job_dir_quota",
+            not lacks("job directory quota"),
+            lacks("job directory quota")
+            or "the job directory is a size-limited tmpfs of its own (sandbox.jail.quota): "
+            "the candidate fills its allowance, not a host disk; the grader's files come on "
+            "top, allocated ahead",
         ),
         feature(
             "no_privileges",

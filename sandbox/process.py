@@ -6,13 +6,15 @@ read, within a size limit, and checked against the command's schema (`sandbox.re
 a process that dies, hangs or floods is classified by how it ended (signal, exit status,
 cgroup OOM) into a verdict. Its job directory is the candidate's: the grader keeps its own
 descriptors of what it made there (the log) and never opens a name in it again
-(`sandbox.safe_fs`).
+(`sandbox.safe_fs`). Where the grader may mount, the directory is a size-limited tmpfs of
+its own (`sandbox.jail.quota`), made before anything is put there and detached with the job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import shutil
 import signal
@@ -32,10 +34,12 @@ from sandbox import replies, safe_fs
 from sandbox.isolation import (
     Cgroup,
     Limits,
+    candidate_uid,
     cgroups_available,
     hand_over,
     namespaces_available,
 )
+from sandbox.jail import quota
 from sandbox.launchers import LauncherCache
 from sandbox.replies import MAX_REPLY_BYTES, MalformedReply
 from sandbox.timing import SPIN_RATE_ENV
@@ -111,12 +115,39 @@ def candidate_env(
         # process must) in half the time, and one GPU starts twice as many processes a
         # second (bench/cuda_startup.py). Timed work runs on one stream either way.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        # The grader's own GPU, by a name CUDA resolves in any order and whatever other
+        # GPUs' nodes are missing: the jail binds that GPU's node only
+        # (`sandbox.jail.gpu_nodes`).
+        named = own_gpu()
+        if named is not None:
+            env["CUDA_VISIBLE_DEVICES"] = named
     if spin_cycles_per_us is not None:
         env[SPIN_RATE_ENV] = repr(spin_cycles_per_us)
     extra = os.environ.get("DRTRITON_CANDIDATE_PYTHONPATH")
     if extra:
         env["PYTHONPATH"] = f"{REPO_ROOT}:{extra}"
     return env
+
+
+_GPU_UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def own_gpu() -> str | None:
+    """This process's CUDA device as `CUDA_VISIBLE_DEVICES` names it for certain:
+    "GPU-<uuid>". None before this process has initialised CUDA (it is never initialised
+    here for the sake of a name), for a MIG instance, or where CUDA gives no UUID."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    if "MIG-" in os.environ.get("CUDA_VISIBLE_DEVICES", "").upper():
+        return None
+    try:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    except (RuntimeError, AssertionError):
+        return None
+    text = str(getattr(props, "uuid", "") or "").lower()
+    named = text.replace("gpu-", "GPU-", 1) if text.startswith("gpu-") else f"GPU-{text}"
+    return named if _GPU_UUID.match(named) else None
 
 
 def triton_seed_dir(job_root: str) -> str:
@@ -146,6 +177,32 @@ def build_triton_seed(job_root: str, device: str) -> None:
         )
 
 
+def make_job_dir(job_root: str, size_mb: int) -> tuple[str, bool]:
+    """A fresh job directory under `job_root`, the candidate's, and whether it has a cap.
+
+    The cap (a tmpfs of `size_mb`, where this process may mount: `sandbox.jail.quota`) comes
+    first, so everything put there counts against it; then a private copy of Triton's seed
+    cache (what one candidate writes into its cache reaches no other).
+    """
+    job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
+    os.makedirs(job_dir, mode=0o700)
+    bounded = quota.mount(job_dir, size_mb, candidate_uid())
+    try:
+        seed = triton_seed_dir(job_root)
+        if os.path.isdir(seed):
+            cache = os.path.join(job_dir, ".triton")
+            shutil.copytree(seed, cache)
+            for parent, dirs, files in os.walk(cache):
+                for name in (parent, *(os.path.join(parent, n) for n in dirs + files)):
+                    hand_over(name)
+        hand_over(job_dir)
+    except BaseException:
+        quota.release(job_dir)
+        safe_fs.remove_tree(job_dir)
+        raise
+    return job_dir, bounded
+
+
 # The harness's start-up steps, in order, each reported as the time it ended
 # (`candidate.serve`), after `spawn` (its job directory made, the zygote's fork, up to the
 # harness): the jail, CUDA's context, the timing clock, Triton's driver helpers, the reply.
@@ -170,17 +227,7 @@ class CandidateProcess:
         self.launcher_requests = 0
         self.sequence = 0  # of the last command sent
         self.limits = limits
-        self.job_dir = os.path.join(job_root, uuid.uuid4().hex[:16])
-        os.makedirs(self.job_dir, mode=0o700)
-        seed = triton_seed_dir(job_root)
-        if os.path.isdir(seed):
-            # A private copy: what one candidate writes into its cache reaches no other.
-            cache = os.path.join(self.job_dir, ".triton")
-            shutil.copytree(seed, cache)
-            for parent, dirs, files in os.walk(cache):
-                for name in (parent, *(os.path.join(parent, n) for n in dirs + files)):
-                    hand_over(name)
-        hand_over(self.job_dir)
+        self.job_dir, self.bounded = make_job_dir(job_root, limits.job_dir_mb)
         self.cgroup: Cgroup | None = None
         if cgroups_available():
             try:
@@ -214,6 +261,7 @@ class CandidateProcess:
             os.close(self.dir_fd)
             if self.cgroup is not None:
                 self.cgroup.remove()
+            quota.release(self.job_dir)
             safe_fs.remove_tree(self.job_dir)
             raise
         finally:
@@ -223,8 +271,11 @@ class CandidateProcess:
         self.killed_for_time = False
 
     # -- messages -----------------------------------------------------------------
-    def _receive(self, deadline: float, seq: int | None = None) -> dict[str, Any]:
-        """The reply to command `seq`; launcher builds asked for on the way are served.
+    def _receive(
+        self, deadline: float, seq: int | None = None, on_mark: Callable[[], None] | None = None
+    ) -> dict[str, Any]:
+        """The reply to command `seq`; launcher builds asked for on the way are served, and
+        the first loop mark of command `seq` goes to `on_mark`.
 
         The harness echoes each command's `seq`: anything else on the pipe (a reply
         the candidate forged, or the real one after it) is dropped, so every command
@@ -248,6 +299,9 @@ class CandidateProcess:
                     raise self._stopped_reading() from None
                 except OSError:
                     raise self._death() from None
+            elif on_mark is not None and replies.is_loop_mark(reply) and reply["loop_done"] == seq:
+                on_mark()
+                on_mark = None
             elif seq is None or reply.get("seq") == seq:
                 return reply
             else:
@@ -321,10 +375,14 @@ class CandidateProcess:
         deadline: float,
         lease: tuple[float, Callable[[], None]] | None = None,
         fds: list[int] | None = None,
+        on_mark: Callable[[], None] | None = None,
         **message: Any,
     ) -> dict[str, Any]:
         """Send one command and wait for its reply until `deadline`: a reply the harness
         could send to it (`sandbox.replies.check`), or MalformedReply.
+
+        `on_mark` is called when the harness marks the end of a host-clock loop (before
+        its own checks, which the loop's time should not include; `sandbox.replies`).
 
         `fds` (shared device buffers, `sandbox.transfer`) follow the command on the
         socket; this call closes them. With `lease=(seconds, expire)`, `expire()` is
@@ -348,7 +406,7 @@ class CandidateProcess:
             wait = min(seconds, deadline - time.monotonic())
             if wait <= 0 or not self.conn.poll(wait):
                 expire()
-        return replies.check(message, self._receive(deadline, self.sequence))
+        return replies.check(message, self._receive(deadline, self.sequence, on_mark))
 
     # -- ending ---------------------------------------------------------------------
     def _stopped_reading(self) -> CandidateDied:
@@ -448,6 +506,7 @@ class CandidateProcess:
                     break
                 time.sleep(0.02)
             self.cgroup.remove()
+        quota.release(self.job_dir)  # the job's files go with its tmpfs
         if not safe_fs.remove_tree(self.job_dir):
             print(f"drtriton grader: could not remove {self.job_dir}", file=sys.stderr)
 

@@ -27,6 +27,8 @@ Schema (every reply also carries `seq`: the command's number, echoed):
   `connected` (bools)
 - a launcher request, in the middle of a command: `build_launcher` (checked by
   `sandbox.launchers.valid_signature`), nothing else
+- a loop mark, in the middle of a `wall` timing command: `loop_done` (the command's `seq`),
+  nothing else: the harness's loop has ended, its own checks follow (`is_loop_mark`)
 """
 
 from __future__ import annotations
@@ -133,6 +135,15 @@ def is_launcher_request(reply: dict[str, Any]) -> bool:
         return False
     if set(reply) != {"build_launcher"}:
         raise MalformedReply(f"a launcher request with {sorted(set(reply) - {'build_launcher'})}")
+    return True
+
+
+def is_loop_mark(reply: dict[str, Any]) -> bool:
+    """Whether this is a loop mark (a host-clock loop's end, before the harness's checks)."""
+    if "loop_done" not in reply:
+        return False
+    if set(reply) != {"loop_done"} or type(reply["loop_done"]) is not int:
+        raise MalformedReply("a loop mark with other keys or a non-integer command number")
     return True
 
 

@@ -32,6 +32,7 @@ from sandbox.errors import (
     SandboxInfrastructureError,
     WeakIsolationError,
 )
+from sandbox.jail import quota
 from sandbox.problem import source_key
 from sandbox.process import REPO_ROOT, build_triton_seed, triton_seed_dir
 from sandbox.result import TrialOutcome, VerifyResult
@@ -283,6 +284,7 @@ class JobRunner:
             worker.wait_stopped()
         self._workers = []
         self._threads.shutdown(wait=False)
+        quota.release_below(self.job_root)  # job tmpfs a worker that died left mounted
         safe_fs.remove_tree(self.job_root)  # job directories a candidate left are its own
 
     # -- state ----------------------------------------------------------------------

@@ -158,38 +158,43 @@ def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> li
     per run would only add its latency to the timed loop, which has the GPU alone
     (`sandbox.gpu_gate`) while every other job's correctness work waits.
     """
+    # Bound before any call: what the calls do to `clock` cannot change this loop.
+    event, record, elapsed = clock.event_type, clock.record, clock.elapsed
+    flush, hold, release, busy = clock.flush, clock.hold, clock.release, clock.busy
+    held, synchronize = clock.held, clock.synchronize
     clock.wake()
     for _ in range(warmup):
         fn()
-    clock.synchronize()
+    synchronize()
     pairs = []
     for _ in range(runs):
-        start = clock.event_type(enable_timing=True)
-        end = clock.event_type(enable_timing=True)
-        clock.flush()  # stream-ordered before the start event: no host round trip
-        clock.hold()  # the GPU waits here until the whole run is queued
+        start = event(enable_timing=True)
+        end = event(enable_timing=True)
+        flush()  # stream-ordered before the start event: no host round trip
+        hold()  # the GPU waits here until the whole run is queued
         try:
-            if not clock.held:
-                clock.busy()  # without a hold, a spin covers the host's launches
-            clock.record(start)
+            if not held:
+                busy()  # without a hold, a spin covers the host's launches
+            record(start)
             fn()
-            clock.record(end)
+            record(end)
         finally:
-            clock.release()
+            release()
         pairs.append((start, end))
-    clock.synchronize()
-    return [clock.elapsed(start, end) for start, end in pairs]
+    synchronize()
+    return [elapsed(start, end) for start, end in pairs]
 
 
 def time_wall(fn: Callable[[], Any], clock: Clock, runs: int) -> float:
     """Milliseconds per run of back-to-back calls by the host clock (a coarse cross-check)."""
+    synchronize, perf_counter = clock.synchronize, time.perf_counter
     fn()
-    clock.synchronize()
-    start = time.perf_counter()
+    synchronize()
+    start = perf_counter()
     for _ in range(runs):
         fn()
-    clock.synchronize()
-    return (time.perf_counter() - start) * 1e3 / runs
+    synchronize()
+    return (perf_counter() - start) * 1e3 / runs
 
 
 def quickest_loop(event_ms: float, loops: Iterable[float], slack: float) -> float:

@@ -6,7 +6,10 @@ inputs in on the device, the candidate computes on them where they are and copie
 the grader's output buffers, and nothing crosses the bus. Elsewhere (CPU mode, or a driver
 without the virtual memory API) a tensor is a file in the job directory (tmpfs): the
 candidate's harness maps it by name; the grader, for whom that directory is hostile, writes
-and reads it only through the descriptor it made it with (`sandbox.safe_fs`).
+and reads it only through the descriptor it made it with (`sandbox.safe_fs`). Each file is
+allocated whole when it is made, after the job directory's cap grew by its size
+(`sandbox.jail.quota`): a candidate that filled its directory cannot make the grader's
+writes, or the harness's through its mapping, fail halfway.
 
 A spec (JSON, sent with the command) names each tensor: `{"shape", "dtype"}` plus either
 `"path"` (a file) or `"fd_index"` (the position of its descriptor among those that follow
@@ -29,6 +32,7 @@ from typing import Any
 import torch
 
 from sandbox import device_share, safe_fs
+from sandbox.jail import quota
 
 SHARE_MIN_BYTES = 64 << 20
 # Files are written and read through the grader's own descriptors in pieces this large: a
@@ -39,6 +43,12 @@ FILE_CHUNK_BYTES = 64 << 20
 class ExchangeTampered(Exception):
     """A file the grader made for a command no longer holds what it should (the candidate
     cut or grew it): the candidate's doing, never the grader's."""
+
+
+class JobDirectoryFull(ExchangeTampered):
+    """The grader's file did not fit in room made for it just before: the candidate wrote
+    into its job directory while the grader was making a command's files (only a thread or
+    a process of its own, left running between commands, can)."""
 
 
 def numel_of(spec: dict[str, Any]) -> int:
@@ -68,6 +78,7 @@ class Exchange:
         self._buffers: list[device_share.SharedBuffer | None] = []
         self._dir_fd: int | None = None
         self._files: dict[str, tuple[int, int]] = {}  # path -> (descriptor, bytes)
+        self._room: dict[str, quota.Room] = {}  # path -> what the job's cap grew by for it
 
     def __enter__(self) -> Exchange:
         return self
@@ -123,14 +134,26 @@ class Exchange:
         raise AssertionError("unreachable")
 
     def _new_file(self, prefix: str, nbytes: int) -> tuple[str, int]:
-        """A fresh file of `nbytes` zero bytes (sparse), its path and this side's descriptor."""
+        """A fresh file of `nbytes` zero bytes, all allocated, its path and this side's
+        descriptor: on top of the candidate's allowance where the job directory has a cap."""
         if self._dir_fd is None:
             self._dir_fd = safe_fs.open_dir(self.job_dir)
         name = safe_fs.unique_name(prefix, ".bin")
-        fd = safe_fs.create_file(self._dir_fd, name)
         path = os.path.join(self.job_dir, name)
-        self._files[path] = (fd, nbytes)
-        os.ftruncate(fd, nbytes)
+        room = quota.grow(self.job_dir, nbytes)
+        try:
+            fd = safe_fs.create_file(self._dir_fd, name)
+        except OSError as err:
+            quota.give_back(self.job_dir, room)
+            _raise_if_full(err, room)
+            raise
+        self._files[path] = (fd, nbytes)  # from here on `release` removes it, room and all
+        self._room[path] = room
+        try:
+            quota.allocate(fd, nbytes)
+        except OSError as err:
+            _raise_if_full(err, room)
+            raise
         return path, fd
 
     def _file(self, prefix: str, value: torch.Tensor, writable: bool) -> str:
@@ -218,7 +241,8 @@ class Exchange:
 
     def release(self, specs: list[dict[str, Any]]) -> None:
         """Let go of these specs' memory early (GiB problems: memory is tight): shared
-        buffers dropped, files closed and their names removed."""
+        buffers dropped, files closed, their names removed and their room given back."""
+        freed = quota.NO_ROOM
         for spec in specs:
             if "fd_index" in spec:
                 self._buffers[spec["fd_index"]] = None
@@ -227,6 +251,9 @@ class Exchange:
                 os.close(fd)
                 if self._dir_fd is not None:
                     safe_fs.unlink(self._dir_fd, os.path.basename(spec["path"]))
+                room = self._room.pop(spec["path"], quota.NO_ROOM)
+                freed = quota.Room(freed.bytes + room.bytes, freed.files + room.files)
+        quota.give_back(self.job_dir, freed)
 
     def close(self) -> None:
         """Drop this side's hold on the buffers (views still in use keep theirs mapped),
@@ -236,6 +263,15 @@ class Exchange:
         if self._dir_fd is not None:
             os.close(self._dir_fd)
             self._dir_fd = None
+
+
+def _raise_if_full(error: OSError, room: quota.Room) -> None:
+    """A failure to make one of the grader's files for want of room is the candidate's doing
+    where its directory's cap had just grown for the file (else the host's: `error` stands)."""
+    if room != quota.NO_ROOM and quota.is_full(error):
+        raise JobDirectoryFull(
+            "filled its job directory while the grader was writing to it"
+        ) from error
 
 
 def _chunk(tensor: torch.Tensor) -> int:

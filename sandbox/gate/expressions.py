@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -23,6 +24,15 @@ _PLAIN = (
     ast.Tuple, ast.Slice, ast.JoinedStr, ast.FormattedValue, ast.Starred,
 )  # fmt: skip
 _HOST_ONLY = (ast.Dict, ast.Set, ast.NamedExpr, ast.Lambda, *COMPREHENSIONS)
+
+
+def refused_reason(parts: list[str]) -> str:
+    """Why a refused path is refused, where the policy says (`REFUSED_REASONS`)."""
+    for end in range(len(parts), 0, -1):
+        reason = P.REFUSED_REASONS.get(".".join(parts[:end]))
+        if reason:
+            return reason
+    return ""
 
 
 class ExpressionRules:
@@ -169,6 +179,8 @@ class ExpressionRules:
 
     def call(self, node: ast.Call) -> None:
         func = node.func
+        if self.ctx.kind == "kernel" and self.path_of(func) == P.INLINE_ASM:
+            self.inline_asm(node)
         if isinstance(func, ast.Name):
             self.name(func, call=True)
         elif isinstance(func, ast.Attribute):
@@ -186,6 +198,19 @@ class ExpressionRules:
             self.refuse(node, f"calling the result of '{ast.unparse(func)}' is not allowed")
             self.expr(func)
         self.arguments(node)
+
+    def inline_asm(self, node: ast.Call) -> None:
+        """`tl.inline_asm_elementwise`: its assembly a string literal, no clock read in it."""
+        asm = node.args[0] if node.args else None
+        asm = next((k.value for k in node.keywords if k.arg == "asm"), asm)
+        if not (isinstance(asm, ast.Constant) and isinstance(asm.value, str)):
+            self.refuse(node, "inline assembly must be a string literal")
+        elif re.search(P.TIMER_REGISTERS, asm.value):
+            self.refuse(
+                node,
+                "inline assembly may not read the GPU's clocks (%globaltimer, %clock): "
+                "they tell timed calls apart",
+            )
 
     def is_launch(self, func: ast.Subscript) -> bool:
         return isinstance(func.value, ast.Name) and self.resolve(func.value.id) == "kernel"
@@ -258,7 +283,10 @@ class ExpressionRules:
                     self.value_attributes(node, rest, call)
                 return
         full = ".".join(parts)
-        if full in P.NAMESPACES or full in P.IMPORTS:
+        reason = refused_reason(parts)
+        if reason:
+            self.refuse(node, f"'{full}' is not allowed {self.where}: {reason}")
+        elif full in P.NAMESPACES or full in P.IMPORTS:
             self.refuse(node, f"module '{full}' cannot be used as a value")
         elif ctx.kind == "kernel":
             self.refuse(

@@ -270,3 +270,27 @@ NAMESPACES = frozenset(
         "typing", "triton.runtime", "triton.runtime.driver", "triton.runtime.driver.active",
     }
 )  # fmt: skip
+
+# -- timing: what could tell a timed call from another, or work outside the timed window ----
+
+# Paths refused with a reason of their own (they are outside the allowlists anyway): the
+# refusal names why. Prefixes: `torch.cuda.graphs.x` is refused as `torch.cuda.graphs` is.
+REFUSED_REASONS = {
+    "torch.cuda.graph": "CUDA graphs replay work that no check sees",
+    "torch.cuda.graphs": "CUDA graphs replay work that no check sees",
+    "torch.cuda.CUDAGraph": "CUDA graphs replay work that no check sees",
+    "torch.cuda.make_graphed_callables": "CUDA graphs replay work that no check sees",
+    "torch.cuda.graph_pool_handle": "CUDA graphs replay work that no check sees",
+    "torch.cuda.Stream": "the timed window is one stream: no work beside it",
+    "torch.cuda.stream": "the timed window is one stream: no work beside it",
+    "torch.cuda.set_stream": "the timed window is one stream: no work beside it",
+    "torch.cuda.ExternalStream": "the timed window is one stream: no work beside it",
+    "torch.cuda.Event": "timing is the sandbox's",
+    "triton.language.extra.cuda.globaltimer": "reading the GPU's clock tells timed calls apart",
+    "triton.testing": "timing is the sandbox's",
+}
+# `tl.inline_asm_elementwise` is Triton's (allowed in kernels), but its assembly must be a
+# string literal that reads none of the GPU's clocks: `%globaltimer` would tell back-to-back
+# timed calls from trials a second apart.
+INLINE_ASM = "triton.language.inline_asm_elementwise"
+TIMER_REGISTERS = r"%\s*(?:globaltimer(?:_lo|_hi)?|clock(?:64|_hi)?)\b"

@@ -92,16 +92,18 @@ def exclusive_hold(gate: GpuGate | None, result: VerifyResult) -> Iterator[None]
             yield
 
 
-def candidate_gpu_bytes(io_bytes: int) -> int:
+def candidate_gpu_bytes(io_bytes: int, timing_bytes: int = 0) -> int:
     """A candidate's GPU memory cap: 3x the problem's I/O (at least 2 GiB), plus the
-    timing clock's L2 flush buffer, which lives in the candidate's allocator too.
+    timing clock's L2 flush buffer, which lives in the candidate's allocator too, plus
+    `timing_bytes` for its timed loops' extra input sets and kept outputs
+    (`ProblemEntry.timing_bytes`).
 
     A timed candidate holds its inputs and up to three sets of outputs; the rest is
     room for the intermediate tensors of a multi-kernel translation. (Without the flush
     buffer's share, a conv_transpose3d + group_norm translation, its intermediate as
     large as its 642 MiB output, ran out of its cap in a timed loop.)
     """
-    return max(2 * GIB, 3 * io_bytes) + L2_FLUSH_BYTES
+    return max(2 * GIB, 3 * io_bytes) + L2_FLUSH_BYTES + timing_bytes
 
 
 def baseline_compile_bytes(io_bytes: int) -> int:
@@ -112,7 +114,9 @@ def baseline_compile_bytes(io_bytes: int) -> int:
     return int(BASELINE_COMPILE_IO_FACTOR * io_bytes) + BASELINE_COMPILE_FIXED_BYTES
 
 
-def job_gpu_gib(io_bytes: int, compiles_baseline: bool = False) -> int:
+def job_gpu_gib(
+    io_bytes: int, compiles_baseline: bool = False, timing_bytes: tuple[int, int] = (0, 0)
+) -> int:
     """GiB a job reserves: the grader's copies (inputs, reference, the candidate's
     outputs read back: about twice the I/O) plus all its candidate may take, or, in a job
     that compiles the baseline first (`compiles_baseline`), what that stage takes if more.
@@ -131,9 +135,12 @@ def job_gpu_gib(io_bytes: int, compiles_baseline: bool = False) -> int:
     # float64 reference alone: twice the float32 reference's own peak (inputs, outputs and
     # intermediates), with the reference and the outputs parked in host memory and the
     # inputs widened in place (`judgment.allow_for_rounding`). Size this from GPU runs.
-    need = 2 * io_bytes + candidate_gpu_bytes(io_bytes)
+    # Timing's extra input sets and kept outputs (`timing_bytes`: the candidate's, the
+    # grader's own) count in both stages: baselines are timed on input sets too.
+    candidate_extra, grader_extra = timing_bytes
+    need = 2 * io_bytes + grader_extra + candidate_gpu_bytes(io_bytes, candidate_extra)
     if compiles_baseline:
-        need = max(need, 2 * io_bytes + baseline_compile_bytes(io_bytes))
+        need = max(need, 2 * io_bytes + grader_extra + baseline_compile_bytes(io_bytes))
     return estimate_gib(need, factor=1.0)
 
 

@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox import compare
+from sandbox import compare, timed_inputs
 from sandbox.config import DEFAULT_TRIALS, SandboxConfig
 from sandbox.gpu_gate import GpuGate, SharedHold
 from sandbox.grading import gpu
@@ -60,6 +60,16 @@ class ProblemEntry:
         if self.io_bytes is None:
             self.io_bytes = self.problem.io_bytes()
         return self.io_bytes
+
+    def timing_bytes(self, runs: int, warmup: int) -> tuple[int, int]:
+        """GPU memory a timed job needs beyond one set of I/O (its extra input sets and
+        kept outputs, `sandbox.timed_inputs`): (the candidate's, the grader's)."""
+        if self.input_layout is None:
+            self.input_layout = self.problem.input_layout()
+        ins = timed_inputs.layout_bytes(self.input_layout)
+        outs = max(0, self.io() - ins)
+        plan = timed_inputs.plan_timing(ins, outs, runs, warmup)
+        return timed_inputs.extra_bytes(plan, ins, outs)
 
 
 class Rejected(Exception):
@@ -114,6 +124,13 @@ class JobContext:
     def exclusive(self) -> contextlib.AbstractContextManager[None]:
         """The GPU alone for a timed loop (`sandbox.grading.gpu.exclusive_hold`)."""
         return gpu.exclusive_hold(self.gate, self.result)
+
+    def candidate_gpu_bytes(self) -> int:
+        """The candidate's GPU memory cap (`gpu.candidate_gpu_bytes`), its timing included."""
+        extra = 0
+        if self.job.timing and self.device == "cuda":
+            extra = self.entry.timing_bytes(self.config.timing_runs, self.config.timing_warmup)[0]
+        return gpu.candidate_gpu_bytes(self.entry.io(), extra)
 
     def exchange(self, proc: CandidateProcess) -> Exchange:
         """Memory for the tensors of one command to `proc` (`sandbox.transfer`)."""

@@ -2,9 +2,13 @@
 
 The candidate times itself with CUDA events, cross-checked by this process's clock (a
 rigged event timer shows up as host time above the reported median, and then the host
-time counts); the outputs of its timed loops are judged like a trial's. Each timed loop,
-the candidate's or a baseline's, has the GPU to itself (`gpu.exclusive_hold`), for a lease
-the candidate's correctness trials bound. Baselines are measured once per problem.
+time counts). Its calls run on input sets staged ahead, a fresh one for each timed run
+where they fit (`sandbox.timed_inputs`); after each loop this process draws some of the
+calls whose outputs the harness kept, and judges them against the reference of the set
+each ran on. Each timed loop, the candidate's or a baseline's, has the GPU to itself
+(`gpu.exclusive_hold`), for a lease the candidate's correctness trials bound. Baselines
+are measured once per problem, the same way, and count only where an idle probe read the
+GPU idle before and after them (`sandbox.grading.idle`).
 """
 
 from __future__ import annotations
@@ -14,16 +18,18 @@ import functools
 import math
 import os
 import secrets
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-from sandbox import compare
+from sandbox import compare, timed_inputs
 from sandbox.gpu_gate import GpuGate
-from sandbox.grading import judgment
+from sandbox.grading import idle, judgment
 from sandbox.grading.gpu import exclusive_hold, shared_hold
+from sandbox.grading.idle import IdleProbe
 from sandbox.grading.job import Job, JobContext, ProblemEntry, Rejected
 from sandbox.grading.stages import add_stage, stage
 from sandbox.grading.trials import raise_failure, raise_if_gpu_full
@@ -85,28 +91,44 @@ def raised_priority(proc: CandidateProcess) -> Iterator[None]:
 
 
 # -- the candidate ------------------------------------------------------------------
-def time_candidate(ctx: JobContext, proc: CandidateProcess, slowest_call_s: float) -> None:
-    """Time the candidate: CUDA events per run, cross-checked by this process's clock.
+def tensor_bytes(values: list[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
-    The candidate cannot patch this process's clock: a rigged event timer shows up
-    as host time above the reported median, and then the host time counts. The
-    outputs of both timed loops are checked afterwards. Each loop has the GPU to
-    itself, for a lease its trials' pace bounds (TIMING_LEASE_S).
+
+def time_candidate(ctx: JobContext, proc: CandidateProcess, slowest_call_s: float) -> str:
+    """Time the candidate: CUDA events per run, cross-checked by this process's clock.
+    Returns what the result should say about a loop short of the full plan ('' if none).
+
+    Each call of a loop runs on one of several staged input sets, in rotation
+    (`sandbox.timed_inputs`); after each loop this process draws some of the calls whose
+    outputs the harness kept and judges them against their own set's reference. The
+    candidate cannot patch this process's clock: a rigged event timer shows up as host
+    time above the reported median, and then the host time counts. Each loop has the GPU
+    to itself, for a lease its trials' pace bounds (TIMING_LEASE_S).
     """
     from sandbox.timing import reported_ms, summarize
 
-    result, deadline = ctx.result, ctx.deadline
-    problem = ctx.problem
-    with ctx.shared(), ctx.stage("timing_io"):
-        inputs = problem.make_inputs(ctx.base_seed + 3000)
-        expected = problem.reference(inputs)
-        stage_inputs(ctx, proc, inputs)
+    result, deadline, problem = ctx.result, ctx.deadline, ctx.problem
     runs, warmup = loop_sizes(
         slowest_call_s * 1e3, ctx.config.timing_runs, ctx.config.timing_warmup
     )
-    lease_s = TIMING_LEASE_S + TIMING_LEASE_FACTOR * (runs + warmup + 1) * slowest_call_s
+    with ctx.shared(), ctx.stage("timing_io"):
+        first = problem.make_inputs(ctx.base_seed + 3000)
+        expected = problem.reference(first)
+        plan = timed_inputs.plan_timing(tensor_bytes(first), tensor_bytes(expected), runs, warmup)
+        draws = [first] + [
+            problem.make_inputs(ctx.base_seed + 3000 + j) for j in range(1, plan.sets)
+        ]
+        staged, layout = timed_inputs.pack(draws, first_device(first, ctx.device))
+        del draws, first
+        stage_inputs(ctx, proc, staged, layout)
+    outputs = [{"shape": list(t.shape), "dtype": dtype_name(t)} for t in expected]
+    del expected
+    lease_s = TIMING_LEASE_S + TIMING_LEASE_FACTOR * (plan.runs + warmup + 1) * slowest_call_s
     walls: list[dict[str, Any]] = []
+    chosen: dict[str, list[int]] = {}
     median = spread = host_ms = 0.0
+    times: list[float] = []
     with ctx.exclusive(), raised_priority(proc):
         try:
             with ctx.stage("timing.events"):
@@ -114,14 +136,27 @@ def time_candidate(ctx: JobContext, proc: CandidateProcess, slowest_call_s: floa
                     min(deadline, time.monotonic() + lease_s),
                     cmd="time",
                     slot="events",
-                    runs=runs,
-                    warmup=warmup,
+                    runs=plan.runs,
+                    warmup=plan.warmup,
+                    wall=False,
+                    schedule=plan.schedule(plan.warmup + plan.runs),
+                    keep=plan.keep,
+                    outputs=outputs,
                 )
-            times = event_times(events, runs)
+            times = event_times(events, plan.runs)
             if times:
                 median, spread = summarize(times)
+                # Drawn now the loop is over; the rest of its outputs are let go.
+                calls = plan.warmup + plan.runs
+                chosen["events"] = timed_inputs.picks(timed_inputs.kept_calls(calls, plan.keep))
+                keep_only(ctx, proc, "events", chosen["events"])
                 with ctx.stage("timing.host"):
-                    host_ms, walls = host_time(proc, median, runs, lease_s, deadline)
+                    host_ms, walls, wall_calls = host_time(
+                        proc, median, plan, outputs, lease_s, deadline
+                    )
+                if wall_calls:
+                    kept = timed_inputs.kept_calls(wall_calls, min(plan.wall_keep, wall_calls))
+                    chosen["wall"] = timed_inputs.picks(kept)
         except CandidateDied as death:
             if death.verdict == "timeout" and time.monotonic() < deadline:
                 raise CandidateDied(
@@ -139,30 +174,83 @@ def time_candidate(ctx: JobContext, proc: CandidateProcess, slowest_call_s: floa
     if not times:
         raise Rejected("tampering", "the timing loop returned impossible measurements")
     with ctx.shared(), ctx.stage("timing_io"):
-        for slot in ("events", "wall"):  # one at a time: one set of outputs held
-            with ctx.exchange(proc) as exchange:
-                specs = exchange.put(f"timed_{slot}_", expected, writable=True)
-                fetched = proc.request(
-                    deadline, fds=exchange.descriptors(), cmd="fetch", outputs={slot: specs}
-                )
-                if not fetched.get("ok"):
-                    raise Rejected("runtime_error", str(fetched.get("message", ""))[:4000])
-                outputs = [exchange.read(s) for s in specs]
-                exchange.release(specs)  # the views hold their buffers until judged
-            check_timed(ctx, inputs, expected, outputs)
-            del outputs
+        check_picks(ctx, proc, plan, staged, layout, chosen)
     result.candidate_ms, result.retimed = reported_ms(median, host_ms)
     result.candidate_spread = spread
-    result.timing_runs = runs
+    result.timing_runs = plan.runs
+    return plan.note
+
+
+def first_device(values: list[Any], default: str) -> Any:
+    """The device of the first tensor among `values` (the problem's own), else `default`."""
+    return next((v.device for v in values if isinstance(v, torch.Tensor)), default)
+
+
+def dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def keep_only(ctx: JobContext, proc: CandidateProcess, slot: str, calls: list[int]) -> None:
+    """Have the harness let go of the loop's outputs but those of `calls` (its memory back
+    before the next loop)."""
+    reply = proc.request(ctx.deadline, cmd="fetch", outputs={}, calls={}, keep={slot: calls})
+    raise_failure(reply)
+
+
+def check_picks(
+    ctx: JobContext,
+    proc: CandidateProcess,
+    plan: timed_inputs.TimingPlan,
+    staged: torch.Tensor,
+    layout: list[list[dict[str, Any]]],
+    chosen: dict[str, list[int]],
+) -> None:
+    """Fetch each picked call's outputs and judge them against the reference of the set it
+    ran on (one set's reference, and one call's outputs, held at a time)."""
+    picked = sorted(
+        (plan.set_of(call, wall=slot == "wall"), slot, call)
+        for slot, calls in chosen.items()
+        for call in calls
+    )
+    reference_of: tuple[int, list[Any], list[torch.Tensor]] | None = None
+    for index, slot, call in picked:
+        if reference_of is None or reference_of[0] != index:
+            reference_of = None  # one reference at a time
+            inputs = timed_inputs.unpack(staged, [layout[index]])[0]
+            reference_of = (index, inputs, ctx.problem.reference(inputs))
+        _, inputs, expected = reference_of
+        with ctx.exchange(proc) as exchange:
+            specs = exchange.put(f"timed_{slot}_", expected, writable=True)
+            fetched = proc.request(
+                ctx.deadline,
+                fds=exchange.descriptors(),
+                cmd="fetch",
+                outputs={slot: specs},
+                calls={slot: call},
+                keep={},
+            )
+            raise_failure(fetched)
+            outputs = [exchange.read(s) for s in specs]
+            exchange.release(specs)  # the views hold their buffers until judged
+        check_timed(ctx, inputs, expected, outputs, f"{slot} loop call {call}")
+        del outputs, inputs, expected
 
 
 def host_time(
-    proc: CandidateProcess, event_ms: float, runs: int, lease_s: float, deadline: float
-) -> tuple[float, list[dict[str, Any]]]:
-    """Milliseconds per call by this process's clock, and the candidate's replies.
+    proc: CandidateProcess,
+    event_ms: float,
+    plan: timed_inputs.TimingPlan,
+    outputs: list[dict[str, Any]],
+    lease_s: float,
+    deadline: float,
+) -> tuple[float, list[dict[str, Any]], int]:
+    """Milliseconds per call by this process's clock, the candidate's replies, and the calls
+    of each host-clock loop (0 if none ran to its end).
 
     Back-to-back calls ending in a device-wide synchronisation, less one empty round
-    trip. A loop lasts about `timing.HOST_LOOP_MS`, and the quickest of up to
+    trip; the clock stops at the harness's mark of the loop's end, before the guard's
+    checks of the stretch (a fixed few milliseconds, which 550 calls of a 0.18 ms kernel
+    read as 5% more time each). A loop lasts about `timing.HOST_LOOP_MS`, and the quickest of up to
     `timing.HOST_LOOP_REPEATS` loops counts (no more once one comes within
     `timing.HOST_LOOP_AGREE` of the events): a process descheduled during a request
     only ever adds to a loop, and on a busy host that came to milliseconds per call in
@@ -175,7 +263,7 @@ def host_time(
         quickest_loop,
     )
 
-    wall_runs = host_timed_runs(event_ms, runs)
+    wall_runs = host_timed_runs(event_ms, plan.runs)
     lease_s += TIMING_LEASE_FACTOR * wall_runs * event_ms / 1e3
     replies: list[dict[str, Any]] = []
 
@@ -184,16 +272,24 @@ def host_time(
             started = time.perf_counter()
             proc.request(deadline, cmd="ping")
             round_trip = time.perf_counter() - started
+            ended: list[float] = []
             started = time.perf_counter()
             reply = proc.request(
                 min(deadline, time.monotonic() + lease_s),
+                on_mark=functools.partial(stamp, ended),
                 cmd="time",
                 slot="wall",
                 runs=wall_runs,
                 warmup=0,
                 wall=True,
+                schedule=plan.schedule(wall_runs + 1, wall=True),
+                keep=plan.wall_keep,
+                outputs=outputs,
             )
-            elapsed = time.perf_counter() - started - round_trip
+            # Up to the harness's mark of the loop's end (the guard's checks of the stretch
+            # after it are the harness's, not the candidate's), else up to the reply.
+            stopped = ended[0] if ended else time.perf_counter()
+            elapsed = stopped - started - round_trip
             replies.append(reply)
             if not reply.get("ok"):
                 return
@@ -201,19 +297,31 @@ def host_time(
             yield max(0.0, elapsed) * 1e3 / (wall_runs + 1)
 
     best = quickest_loop(event_ms, loops(), HOST_LOOP_AGREE)
-    return (best if math.isfinite(best) else 0.0), replies
+    finished = bool(replies) and bool(replies[-1].get("ok"))
+    return (best if math.isfinite(best) else 0.0), replies, (wall_runs + 1 if finished else 0)
 
 
-def stage_inputs(ctx: JobContext, proc: CandidateProcess, inputs: list[Any]) -> None:
-    """Hand the candidate the inputs of the timed runs, outside the timing lock."""
-    with ctx.exchange(proc) as exchange:  # the harness copies the staged inputs
-        in_specs = exchange.put("in", inputs, writable=False)
-        staged = proc.request(
-            ctx.deadline, fds=exchange.descriptors(), cmd="stage", inputs=in_specs
+def stamp(into: list[float]) -> None:
+    """Note this process's clock now (a loop mark's arrival)."""
+    into.append(time.perf_counter())
+
+
+def stage_inputs(
+    ctx: JobContext,
+    proc: CandidateProcess,
+    staged: torch.Tensor,
+    layout: list[list[dict[str, Any]]],
+) -> None:
+    """Hand the candidate the input sets of the timed runs (packed in one buffer, with their
+    layout), outside the timing lock."""
+    with ctx.exchange(proc) as exchange:  # the harness copies (or maps) the staged buffer
+        in_specs = exchange.put("in", [staged], writable=False)
+        reply = proc.request(
+            ctx.deadline, fds=exchange.descriptors(), cmd="stage", inputs=in_specs, layout=layout
         )
-    raise_if_gpu_full(staged)
-    if not staged.get("ok"):
-        raise Rejected("runtime_error", str(staged.get("message", ""))[:4000])
+    raise_if_gpu_full(reply)
+    if not reply.get("ok"):
+        raise Rejected("runtime_error", str(reply.get("message", ""))[:4000])
 
 
 def check_timed(
@@ -221,8 +329,9 @@ def check_timed(
     inputs: list[Any],
     expected: list[torch.Tensor],
     outputs: list[torch.Tensor],
+    which: str = "",
 ) -> None:
-    """A timed loop's outputs, judged as a trial's (its rounding allowance measured too).
+    """A timed call's outputs, judged as a trial's (its rounding allowance measured too).
 
     The timed inputs are new draws: a long reduction whose trials happened to pass
     without the allowance may need it here (a conv_transpose3d over 17k terms did).
@@ -232,7 +341,8 @@ def check_timed(
     )
     check = compare.combine(comparisons)
     if not check.passed:
-        raise Rejected("wrong_output", f"wrong while being timed: {check.message}")
+        where = f" ({which})" if which else ""
+        raise Rejected("wrong_output", f"wrong while being timed{where}: {check.message}")
 
 
 # -- the baselines ------------------------------------------------------------------
@@ -244,13 +354,17 @@ def baselines(
     clock: Any,
     runs: int,
     warmup: int,
+    probe: IdleProbe | None = None,
+    settle: Callable[[], None] = lambda: None,
 ) -> None:
     """Eager and torch.compile times for this problem: known, cached, or measured now."""
     for name, value in job.known_baselines.items():
         entry.baseline_ms.setdefault(name, value)
     wanted = [n for n in job.baselines if n not in entry.baseline_ms]
     if wanted:
-        measure_baselines(entry, wanted, result, gate, clock, runs, warmup)
+        measure_baselines(
+            entry, wanted, result, gate, clock, runs, warmup, probe=probe, settle=settle
+        )
     result.eager_ms = entry.baseline_ms.get("eager") if "eager" in job.baselines else None
     result.compile_ms = (
         entry.baseline_ms.get("torch_compile") if "torch_compile" in job.baselines else None
@@ -265,19 +379,17 @@ def measure_baselines(
     clock: Any,
     runs: int,
     warmup: int,
+    probe: IdleProbe | None = None,
+    settle: Callable[[], None] = lambda: None,
 ) -> None:
     """Time the problem's reference (`eager`) and its torch.compile (`torch_compile`) with
-    `clock`, `runs` timed calls after `warmup`, the GPU alone; None where one cannot run."""
-    from sandbox.timing import (
-        BASELINE_HOST_SLACK,
-        HOST_LOOP_MS,
-        HOST_LOOP_REPEATS,
-        quickest_loop,
-        summarize,
-        time_cuda,
-        time_wall,
-    )
+    `clock`, `runs` timed calls after `warmup`, the GPU alone; None where one cannot run.
 
+    With an idle `probe` (`sandbox.grading.idle`), the measurement counts only when the GPU
+    read idle before and after it; otherwise it is taken again (after `settle()`, which ends
+    this grader's finished candidates), and if the GPU never read idle the baselines are
+    left unmeasured (not cached: the next job of the problem tries again).
+    """
     problem = entry.problem
     seed = secrets.randbits(48)
     functions: dict[str, Any] = {"eager": problem.reference_fn}
@@ -291,29 +403,105 @@ def measure_baselines(
                 functions["torch_compile"] = compiled
             except Exception:  # noqa: BLE001 - reported as a missing baseline
                 functions["torch_compile"] = None
-    with exclusive_hold(gate, result), torch.no_grad():
-        inputs = problem.make_inputs(seed + 3000)
-        for name in names:
-            fn = functions.get(name)
-            value: float | None = None
-            if fn is not None:
-                try:
-                    call = functools.partial(fn, *inputs)
-                    n, n_warm = loop_sizes(time_wall(call, clock, 1), runs, warmup)
-                    event_ms = summarize(time_cuda(call, clock, n, n_warm))[0]
-                    host_runs = baseline_host_runs(event_ms, n)
-                    # A loop past HOST_LOOP_MS is no longer one a delay distorts much, and
-                    # repeating a 2.4 s call's check would cost seconds of exclusive GPU.
-                    short = event_ms * host_runs <= HOST_LOOP_MS
-                    loops = (
-                        time_wall(call, clock, host_runs)
-                        for _ in range(HOST_LOOP_REPEATS if short else 1)
-                    )
-                    host = quickest_loop(event_ms, loops, BASELINE_HOST_SLACK)
-                    value = event_ms if host <= event_ms * (1 + BASELINE_HOST_SLACK) else host
-                except Exception:  # noqa: BLE001 - a baseline that cannot run is missing
-                    value = None
-            entry.baseline_ms[name] = value
+
+    def measure() -> dict[str, float | None]:
+        with torch.no_grad():
+            return time_baselines(problem, names, functions, clock, runs, warmup, seed + 3000)
+
+    measured = idle.measure_while_idle(
+        probe,
+        measure,
+        hold=lambda: exclusive_hold(gate, result),
+        settle=settle,
+        sleep=time.sleep,
+        note=lambda name, seconds: add_stage(result, name, seconds),
+    )
+    if measured is None:
+        print(
+            f"sandbox: no baselines measured: the GPU was busy with other work through "
+            f"{idle.BASELINE_ATTEMPTS} tries (probe {probe.idle_ms if probe else 0:.3f} ms idle)",
+            file=sys.stderr,
+        )
+        return
+    entry.baseline_ms.update(measured)
+
+
+def time_baselines(
+    problem: Problem,
+    names: list[str],
+    functions: dict[str, Any],
+    clock: Any,
+    runs: int,
+    warmup: int,
+    seed: int,
+) -> dict[str, float | None]:
+    """Each baseline (None where it cannot run), timed as a candidate is: its calls rotate
+    over input sets staged the same way (`timed_inputs`), the events cross-checked by the
+    host clock."""
+    first = problem.make_inputs(seed)
+    values: dict[str, float | None] = {}
+    for name in names:
+        fn = functions.get(name)
+        try:
+            values[name] = (
+                None if fn is None else time_baseline(problem, fn, first, clock, runs, warmup, seed)
+            )
+        except Exception:  # noqa: BLE001 - a baseline that cannot run is missing
+            values[name] = None
+    return values
+
+
+def time_baseline(
+    problem: Problem,
+    fn: Callable[..., Any],
+    first: list[Any],
+    clock: Any,
+    runs: int,
+    warmup: int,
+    seed: int,
+) -> float:
+    """Milliseconds per call of `fn`, its first input set `first` (drawn from `seed`)."""
+    from sandbox.timing import (
+        BASELINE_HOST_SLACK,
+        HOST_LOOP_MS,
+        HOST_LOOP_REPEATS,
+        quickest_loop,
+        summarize,
+        time_cuda,
+        time_wall,
+    )
+
+    sizes: list[int] = []  # the output's bytes, read off the call that sizes the loop
+
+    def sized() -> None:
+        out = fn(*first)
+        sizes[:] = [tensor_bytes(list(out) if isinstance(out, list | tuple) else [out])]
+
+    n, n_warm = loop_sizes(time_wall(sized, clock, 1), runs, warmup)
+    out_bytes = sizes[0] if sizes else 0
+    plan = timed_inputs.plan_timing(tensor_bytes(first), out_bytes, n, n_warm)
+    draws = [first] + [problem.make_inputs(seed + j) for j in range(1, plan.sets)]
+    staged, layout = timed_inputs.pack(draws, first_device(first, "cuda"))
+    sets = timed_inputs.unpack(staged, layout)
+    del draws
+
+    def rotating(calls: int, wall: bool = False) -> Callable[[], Any]:
+        """The calls on their sets, in the order the candidate's loop has them."""
+        next_set = iter([sets[i] for i in plan.schedule(calls, wall)]).__next__
+        return lambda: fn(*next_set())
+
+    calls = plan.warmup + plan.runs
+    event_ms = summarize(time_cuda(rotating(calls), clock, plan.runs, plan.warmup))[0]
+    host_runs = baseline_host_runs(event_ms, plan.runs)
+    # A loop past HOST_LOOP_MS is no longer one a delay distorts much, and repeating a
+    # 2.4 s call's check would cost seconds of exclusive GPU.
+    short = event_ms * host_runs <= HOST_LOOP_MS
+    loops = (
+        time_wall(rotating(host_runs + 1, wall=True), clock, host_runs)
+        for _ in range(HOST_LOOP_REPEATS if short else 1)
+    )
+    host = quickest_loop(event_ms, loops, BASELINE_HOST_SLACK)
+    return event_ms if host <= event_ms * (1 + BASELINE_HOST_SLACK) else host
 
 
 def warm_up_compiled(

@@ -25,7 +25,7 @@ import torch
 from sandbox import compare, safe_fs
 from sandbox.gpu_gate import SharedHold
 from sandbox.grading import judgment
-from sandbox.grading.gpu import CandidateOutOfMemory, candidate_gpu_bytes
+from sandbox.grading.gpu import CandidateOutOfMemory
 from sandbox.grading.job import JobContext, Rejected
 from sandbox.grading.stages import add_reported_stage
 from sandbox.process import CandidateProcess
@@ -61,15 +61,18 @@ def load(ctx: JobContext, proc: CandidateProcess) -> None:
     problem = ctx.problem
     # A name no one made yet (the harness ran in this directory, no candidate code yet).
     safe_fs.write_new(proc.dir_fd, SOURCE_NAME, ctx.job.candidate.encode())
-    with ctx.stage("load"):
+    # Under a share of the GPU gate, like a trial: what the import runs on the GPU (the harness
+    # waits for it before replying) never overlaps another job's timed loop or baselines.
+    with ctx.shared() as hold, ctx.stage("load"):
         reply = proc.request(
             ctx.deadline,
+            lease=(SHARED_LEASE_S, hold.overrun) if hold is not None and hold.held else None,
             cmd="load",
             path=f"{proc.job_dir}/{SOURCE_NAME}",
             format=problem.format,
             init_inputs=problem.init_inputs,
             init_seed=42,
-            gpu_memory_bytes=candidate_gpu_bytes(ctx.entry.io()) if ctx.device == "cuda" else None,
+            gpu_memory_bytes=ctx.candidate_gpu_bytes() if ctx.device == "cuda" else None,
         )
     raise_failure(reply, LOAD_VERDICTS)
 

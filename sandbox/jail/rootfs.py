@@ -5,8 +5,10 @@ The root is a new tmpfs. Into it go, at the same paths as on the host and read-o
 environment's, every site directory), this package (not the rest of the repository), a
 few /etc files (the loader's cache; passwd and group written here, naming root and the
 candidate's user only). Fresh, private and size-limited: /tmp and /dev/shm. A /dev holding
-only null, zero, full, random and urandom (and, on a GPU, the NVIDIA nodes), a fresh /proc
-(the pid namespace's own; kernel settings read-only), and the job directory, writable.
+only null, zero, full, random and urandom (and, on a GPU, the driver's nodes and the job's
+GPU's own: `sandbox.jail.gpu_nodes`), a fresh /proc (the pid namespace's own; kernel
+settings read-only), and the job directory (its own size-limited tmpfs where the grader
+could mount one: `sandbox.jail.quota`), writable.
 The directories on the way to a bound path are the tmpfs's own, mode 0755, so an
 unprivileged user can reach the runtime even where it lives under /root; nothing else of
 the host is there: no /root, /home, /run, /var, host /tmp, /etc/shadow, host sockets,
@@ -21,10 +23,10 @@ performs it, as root, in a private mount namespace.
 from __future__ import annotations
 
 import functools
-import glob
 import os
 import sys
 import sysconfig
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +46,6 @@ ETC_FROM_HOST = (
     "/etc/alternatives",
 )
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom")
-# On a GPU: the driver's control nodes and the GPUs' own (CUDA_VISIBLE_DEVICES picks one).
-NVIDIA_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia[0-9]*", "nvidia-caps")
 # Kernel settings stay read-only in the candidate's /proc.
 PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus")
 ROOT_TMPFS = "size=4m,mode=0755"
@@ -152,11 +152,10 @@ def _host_entry(path: str) -> Entry | None:
     return None
 
 
-def _dev(device: str) -> list[Entry]:
+def _dev(device: str, nvidia: Sequence[str]) -> list[Entry]:
     nodes = [f"/dev/{name}" for name in DEVICE_NODES]
     if device == "cuda":
-        for pattern in NVIDIA_NODES:
-            nodes += sorted(glob.glob(f"/dev/{pattern}"))
+        nodes += nvidia
     # Writable while it is filled; `build_root` makes it read-only at the end.
     entries = [
         Entry("/dev", "tmpfs", writable=True, executable=False, options="size=64k,mode=0755")
@@ -182,8 +181,10 @@ def plan_root(
     scratch_mb: int,
     env: dict[str, str],
     repo_root: str,
+    nvidia: Sequence[str] = (),
 ) -> list[Entry]:
-    """What the candidate's root holds, parents before children."""
+    """What the candidate's root holds, parents before children; on a GPU, `nvidia` are the
+    NVIDIA nodes its /dev gets (`sandbox.jail.gpu_nodes.for_env`)."""
     scratch = f"size={scratch_mb}m,mode=1777"
     entries = [
         Entry("/usr", "bind", source="/usr"),
@@ -191,7 +192,7 @@ def plan_root(
         # Writable for the process's own entries (the CUDA driver writes some); the kernel's
         # settings are bound read-only over it (PROC_READONLY).
         Entry("/proc", "proc", writable=True, executable=False, options="hidepid=invisible"),
-        *_dev(device),
+        *_dev(device, nvidia),
         Entry("/dev/shm", "tmpfs", writable=True, options=scratch),
         *_passwd(uid),
     ]

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from sandbox import timed_inputs
 from sandbox.config import SandboxConfig
 from sandbox.gpu_gate import GpuGate
 from sandbox.grader import Grader
@@ -41,7 +42,7 @@ def fused_operator(x):
 
 
 class ScriptedCandidate:
-    """Answers like the harness: `compute` stands for the kernel."""
+    """Answers like the harness (`sandbox.timed_harness`): `compute` stands for the kernel."""
 
     def __init__(
         self, job_dir: Path, compute: Callable[[torch.Tensor], torch.Tensor], event_ms: float
@@ -52,39 +53,48 @@ class ScriptedCandidate:
         self.wall_delay_s = 0.0  # host seconds per call of a wall loop
         self.wall_stalls: list[float] = []  # one-off delays of the next wall loops
         self.hang = False  # the timed loop never ends (until the deadline kills it)
-        self.staged: list[torch.Tensor] = []
-        self.timed: dict[str, torch.Tensor] = {}
+        self.sets: list[list[torch.Tensor]] = []
+        self.timed: dict[str, dict[int, list[torch.Tensor]]] = {}
         self.commands: list[str] = []
-        self.fetched: list[list[str]] = []  # the slots of each fetch
+        self.fetched: list[tuple[str, int]] = []  # (slot, call) of each fetch of outputs
+        self.kept: dict[str, list[int]] = {}  # what the grader said to keep, by slot
         self.wall_runs: list[int] = []
+        self.loops: list[dict[str, Any]] = []  # each `time` command
         self.proc = SimpleNamespace(pid=2**22 + 1)  # no such process group to renice
 
     def request(self, deadline: float, **msg: Any) -> dict[str, Any]:
         self.commands.append(msg["cmd"])
-        if msg["cmd"] == "stage":  # as the harness does: a copy of each file
-            self.staged = [
-                torch.from_file(
-                    spec["path"], size=numel_of(spec), dtype=getattr(torch, spec["dtype"])
-                ).view(spec["shape"])
-                for spec in msg["inputs"]
-            ]
+        if msg["cmd"] == "stage":  # as the harness does: one packed buffer, viewed by set
+            spec = msg["inputs"][0]
+            buffer = torch.from_file(spec["path"], size=numel_of(spec), dtype=torch.uint8)
+            self.sets = timed_inputs.unpack(buffer.clone(), msg["layout"])
             return {"ok": True}
         if msg["cmd"] == "ping":
             return {"ok": True}
         if msg["cmd"] == "fetch":
-            self.fetched.append(list(msg["outputs"]))
+            for slot, calls in msg["keep"].items():
+                self.kept[slot] = list(calls)
+                self.timed[slot] = {c: self.timed[slot][c] for c in calls}
             for slot, specs in msg["outputs"].items():
-                out = self.timed[slot]
+                call = msg["calls"][slot]
+                self.fetched.append((slot, call))
+                out = self.compute(*self.timed[slot][call])
                 torch.from_file(
                     specs[0]["path"], shared=True, size=out.numel(), dtype=out.dtype
                 ).copy_(out.reshape(-1))
             return {"ok": True}
         assert msg["cmd"] == "time"
+        self.loops.append(msg)
         if self.hang:
             time.sleep(max(0.0, deadline - time.monotonic()))
             raise CandidateDied("timeout", "exceeded its time budget")
-        self.timed[msg["slot"]] = self.compute(*self.staged)
-        if msg.get("wall"):
+        calls = msg["runs"] + (1 if msg["wall"] else msg["warmup"])
+        schedule = msg["schedule"]
+        assert len(schedule) == calls
+        keep = min(msg["keep"], calls)
+        # Each kept call's inputs; its output is computed when fetched (no time taken here).
+        self.timed[msg["slot"]] = {c: self.sets[schedule[c]] for c in range(calls - keep, calls)}
+        if msg["wall"]:
             self.wall_runs.append(msg["runs"])
             stall = self.wall_stalls.pop(0) if self.wall_stalls else 0.0
             time.sleep(self.wall_delay_s * (msg["runs"] + 1) + stall)
@@ -137,8 +147,15 @@ def test_honest_timing_reports_the_event_median(timed: Any) -> None:
     assert {"timing_io", "timing_wait", "timing"} <= set(result.stage_seconds)
     # Outputs are fetched after both timed loops, never inside them, one loop's at a time
     # (the grader holds one set of timed outputs, not two).
-    assert candidate.commands == ["stage", "time", "ping", "time", "fetch", "fetch"]
-    assert candidate.fetched == [["events"], ["wall"]]
+    # The events loop's outputs but the grader's picks are let go before the host-clock
+    # loop; the picked calls' outputs are fetched after both loops, one call at a time.
+    picks = 2 * timed_inputs.TIMED_PICKS
+    assert candidate.commands == ["stage", "time", "fetch", "ping", "time"] + ["fetch"] * picks
+    assert sorted(candidate.fetched) == sorted(
+        [("events", c) for c in candidate.kept["events"]]
+        + [(s, c) for s, c in candidate.fetched if s == "wall"]
+    )
+    assert len({c for s, c in candidate.fetched if s == "events"}) == timed_inputs.TIMED_PICKS
 
 
 def test_a_timed_loop_that_outlasts_its_lease_is_killed_as_a_timeout(

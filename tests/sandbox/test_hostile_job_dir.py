@@ -305,16 +305,23 @@ FORGERIES = {
 def test_a_malformed_reply_is_tampering_and_the_grader_goes_on(
     grader: Grader, forgery: str
 ) -> None:
+    """The forger rewrites the harness's class, which the instruments now see before any
+    reply leaves (`changed the sandbox's class`); should that check ever miss it, the
+    grader's reading of replies rejects the forgery itself (its limits and schema are
+    tested alone in test_replies.py). Either way: a rejection, and the worker goes on."""
     candidate = FORGER.replace("{forge}", FORGERIES[forgery])
     job = _job(candidate)
     if forgery == "half a message":
         job.budget_s = 5  # the rest never comes: the job's deadline ends the wait
     result = grader.grade(job)
-    expected = "timeout" if forgery == "half a message" else "tampering"
-    assert result.verdict == expected, result.message
-    # The forgery reached the grader's reading of replies (not some other check first).
-    why = {"launcher flood": "flooded the grader's pipe", "half a message": "time budget"}
-    assert why.get(forgery, "sent a malformed reply") in result.message, result.message
+    caught_first = "changed the sandbox's class sandbox.candidate.Harness"
+    if caught_first not in result.message:
+        expected = "timeout" if forgery == "half a message" else "tampering"
+        assert result.verdict == expected, result.message
+        why = {"launcher flood": "flooded the grader's pipe", "half a message": "time budget"}
+        assert why.get(forgery, "sent a malformed reply") in result.message, result.message
+    else:
+        assert result.verdict == "tampering", result.message
     assert grader.grade(_job()).correct  # the worker is none the worse
 
 
@@ -338,3 +345,47 @@ def test_no_exit_status_is_read_for_a_process_still_running() -> None:
 
     assert exiting_status(os.getpid()) is None
     assert exiting_status(2**22 + 7) is None  # no such process
+
+
+# The same bytes written straight onto the harness's socket while the grader waits for the
+# import's reply: no class of the sandbox's is touched, so they reach the grader's reader.
+RAW_FORGER = (
+    "import os, stat, struct\n"
+    "def _pipe():\n"
+    "    for name in sorted(os.listdir('/proc/self/fd'), key=int):\n"
+    "        try:\n"
+    "            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):\n"
+    "                return int(name)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "def _send(body):\n"
+    "    os.write(_pipe(), struct.pack('!i', len(body)) + body)\n"
+    "{forge}\n"
+) + GOOD_RELU
+
+RAW_FORGERIES = {
+    "deeply nested": "_send(b'{\"seq\": 1, \"ok\": true, \"x\": ' + b'[' * 200000 + b']' * 200000 + b'}')",
+    "oversized": "os.write(_pipe(), struct.pack('!i', 2 << 20) + b' ' * 4096)",
+    "half a message": "os.write(_pipe(), struct.pack('!i', 100) + b'{')\nwhile True: pass",
+    "launcher flood": '[_send(b\'{"build_launcher": ["*fp32"]}\') for _ in range(100)]\n'
+    "while True: pass",
+}
+
+
+@pytest.mark.parametrize("forgery", list(RAW_FORGERIES))
+def test_hostile_bytes_on_the_pipe_are_rejected_and_the_grader_goes_on(
+    grader: Grader, forgery: str
+) -> None:
+    job = _job(RAW_FORGER.replace("{forge}", RAW_FORGERIES[forgery]))
+    if forgery == "half a message":
+        job.budget_s = 5  # the rest never comes: the job's deadline ends the wait
+    result = grader.grade(job)
+    expected = "timeout" if forgery == "half a message" else "tampering"
+    assert result.verdict == expected, result.message
+    why = {
+        "launcher flood": "flooded the grader's pipe",
+        "half a message": "time budget",
+        "oversized": "more than",
+    }
+    assert why.get(forgery, "sent a malformed reply") in result.message, result.message
+    assert grader.grade(_job()).correct  # the worker is none the worse

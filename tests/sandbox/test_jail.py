@@ -38,7 +38,7 @@ from sandbox.isolation import (
     namespaces_available,
 )
 from sandbox.jail import cgroup as jail_cgroup
-from sandbox.jail import quota, rootfs
+from sandbox.jail import rootfs
 from sandbox.process import CandidateProcess, candidate_env
 from sandbox.zygote import Zygote
 from tests.sandbox.conftest import cpu_interpreter_problem
@@ -60,15 +60,18 @@ class Jail:
     jobs: Path
 
     def start(
-        self, probe: str | None, job_root: Path | None = None, **fill: str
-    ) -> CandidateProcess:
+        self, probe: str | None, job_root: Path | None = None, limits: Limits | None = None,
+        **fill: str,
+    ) -> CandidateProcess:  # fmt: skip
         source = (PROBES / f"{probe}.py").read_text() if probe else ""
         for key, value in fill.items():
             placeholder = f"@@{key.upper()}@@"
             assert placeholder in source, f"{probe} has no {placeholder}"
             source = source.replace(placeholder, value)
         self.probe_file.write_text(source)
-        return CandidateProcess(self.zygote, str(job_root or self.jobs), "cpu", Limits())
+        return CandidateProcess(
+            self.zygote, str(job_root or self.jobs), "cpu", limits or Limits(job_dir_mb=64)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +94,10 @@ def jail(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jail]:
 
 @contextlib.contextmanager
 def started(
-    jail: Jail, probe: str | None, job_root: Path | None = None, **fill: str
-) -> Iterator[CandidateProcess]:
-    proc = jail.start(probe, job_root, **fill)
+    jail: Jail, probe: str | None, job_root: Path | None = None, limits: Limits | None = None,
+    **fill: str,
+) -> Iterator[CandidateProcess]:  # fmt: skip
+    proc = jail.start(probe, job_root, limits, **fill)
     try:
         yield proc
     finally:
@@ -394,30 +398,36 @@ def test_scratch_space_dev_and_proc_are_the_jobs_own(jail: Jail) -> None:
 # -- the job directory's quota -----------------------------------------------------------------
 
 
+def _mounts_under(path: Path) -> list[str]:
+    """Mount points at or below `path` in this process's mount namespace."""
+    with open("/proc/self/mountinfo") as info:
+        points = [line.split()[4] for line in info]
+    return [p for p in points if p == str(path) or p.startswith(f"{path}/")]
+
+
 def test_a_candidate_cannot_fill_more_than_its_job_directorys_quota(
     jail: Jail, tmp_path: Path
 ) -> None:
-    """A job directory on a size-limited tmpfs (`sandbox.jail.quota`): the write that does
-    not fit fails with ENOSPC, the host's file systems keep their room, the process serves."""
-    job_root = tmp_path / "quota"
+    """Each job directory is a size-limited tmpfs of its own (`sandbox.jail.quota`): the
+    write that does not fit fails with ENOSPC, the host's file system keeps its room, the
+    process serves on, and nothing is left on the host once the job is done."""
+    job_root = tmp_path / "jobs"
     job_root.mkdir()
-    assert quota.mount(str(job_root), 16, 0)
-    try:
-        with started(jail, "fill_job", job_root=job_root) as proc:
-            proc.wait_ready(time.monotonic() + READY_S)
-            report = report_of(proc)
-            used = os.statvfs(job_root)
-            assert proc.request(time.monotonic() + 30, cmd="ping")["ok"]
-            assert os.path.realpath(proc.job_dir).startswith(str(job_root))
-        assert quota.resize(str(job_root), 32)  # room for a job's files once it is known
-        grown = os.statvfs(job_root)
-        assert grown.f_blocks * grown.f_frsize == 32 << 20
-    finally:
-        quota.release(str(job_root))
-    assert not os.path.ismount(job_root)
+    with started(jail, "fill_job", job_root=job_root, limits=Limits(job_dir_mb=16)) as proc:
+        assert proc.bounded and _mounts_under(job_root) == [proc.job_dir]
+        ready = proc.wait_ready(time.monotonic() + READY_S)
+        report = report_of(proc)
+        cap = os.statvfs(proc.job_dir)
+        # What it wrote is on the job's own file system, not the host's under it.
+        assert os.stat(proc.job_dir).st_dev != os.stat(job_root).st_dev
+        assert proc.request(time.monotonic() + 30, cmd="ping")["ok"]
+        job_dir = Path(proc.job_dir)
+    assert not any("job directory quota" in m for m in ready["jail_missing"])
     assert report["errno"] == errno.ENOSPC
     assert 8 << 20 <= report["bytes"] <= 16 << 20
-    assert (used.f_blocks - used.f_bfree) * used.f_frsize <= 16 << 20
+    assert cap.f_blocks * cap.f_frsize == 16 << 20
+    assert (cap.f_blocks - cap.f_bfree) * cap.f_frsize >= 8 << 20  # it was full there
+    assert _mounts_under(job_root) == [] and not job_dir.exists()
 
 
 # -- the isolation report ------------------------------------------------------------------------

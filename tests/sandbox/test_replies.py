@@ -161,3 +161,13 @@ def test_the_candidates_text_reaches_a_terminal_inert() -> None:
     safe = result.for_terminal()
     assert "\x1b" not in safe.message + safe.candidate_log + safe.trials[0].message
     assert result.message == forged  # the result itself is left as it was
+
+
+def test_a_loop_mark_is_exactly_one_integer_field() -> None:
+    """The harness marks a host-clock loop's end with `{"loop_done": seq}`; anything more
+    in a message that says `loop_done` is something else writing on the pipe."""
+    assert replies.is_loop_mark({"loop_done": 3})
+    assert not replies.is_loop_mark({"ok": True, "seq": 3})
+    for forged in ({"loop_done": 3, "seq": 3}, {"loop_done": "3"}, {"loop_done": True}):
+        with pytest.raises(replies.MalformedReply):
+            replies.is_loop_mark(forged)

@@ -1,4 +1,4 @@
-# expect: correct|wrong_output  problem: problems/mul_add.py  speedup_within: 1.1
+# expect: correct|wrong_output|tampering  problem: problems/mul_add.py  speedup_within: 1.1
 # Tries: launching on a private non-default stream and returning without synchronising, so a timer on the default stream sees nothing.
 import torch
 import triton

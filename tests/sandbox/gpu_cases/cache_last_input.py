@@ -1,0 +1,31 @@
+# expect: correct|wrong_output  problem: problems/mul_add.py  speedup_within: 1.05
+# Tries: returning the previous call's answer when the inputs are the very objects of the previous call (as every run of a timed loop once was).
+import torch
+import triton
+import triton.language as tl
+
+_LAST = []
+
+
+@triton.jit
+def _mul_add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x * y + x, mask=mask)
+
+
+def _mul_add(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    _mul_add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+def triton_fused_operator(tensor_0, tensor_1):
+    if _LAST and _LAST[0] is tensor_0 and _LAST[1] is tensor_1:
+        return [_LAST[2]]
+    out = _mul_add(tensor_0, tensor_1)
+    _LAST[:] = [tensor_0, tensor_1, out]
+    return [out]
