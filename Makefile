@@ -1,4 +1,4 @@
-# DRTriton: `make demo` runs the main job on embedded defaults, `make test` runs the suite.
+# DRTriton: `make demo` runs the whole loop on embedded sizes, `make test` runs the suite.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 TORCH_CPU_SPEC ?= torch==2.13.0+cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 .PHONY: install demo test test-slow bench lint format protos clean
 
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 demo: install
-	$(BIN)/drtriton demo
+	$(BIN)/drtriton demo $(DEMO_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

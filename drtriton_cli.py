@@ -19,7 +19,7 @@ PART_CLIS = (
     "learner.train.cli",
     "learner.evaluation.cli",
     "learner.search.cli",
-    "synth.demo",
+    "drtriton_demo.cli",
 )
 
 

@@ -23,7 +23,12 @@ def resolve_model_dir(path: Path | str) -> Path:
     path = Path(path)
     if not path.is_dir():
         raise PolicyError(f"{path}: no such model or run directory")
-    if not (path / "config.json").is_file() and (path / RUN_MODEL_DIR).is_dir():
+    # A run directory has a config.json of its own (the training config), so a model is
+    # told by its weights: our format's marker or HF safetensors, else the run's `model/`.
+    from learner.model.io import FORMAT_FILE
+
+    is_model = (path / FORMAT_FILE).is_file() or any(path.glob("*.safetensors*"))
+    if not is_model and (path / RUN_MODEL_DIR).is_dir():
         return path / RUN_MODEL_DIR
     return path
 

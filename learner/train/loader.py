@@ -64,7 +64,10 @@ class BatchIterator(Generic[B]):
         self.process_index = process_index
         self.process_count = process_count
         self.num_items = len(items)
-        dataset = grain.MapDataset.source(items).shuffle(seed=seed).repeat()
+        # Forever in practice, but a finite length: grain's iterator takes len() of the
+        # batched dataset, and an endless one batched by 1 overflows an index.
+        epochs = max(1, 2**62 // len(items))
+        dataset = grain.MapDataset.source(items).shuffle(seed=seed).repeat(num_epochs=epochs)
         if process_count > 1:
             dataset = dataset[process_index::process_count]
         dataset = dataset.batch(self.local_batch_size, batch_fn=batch_fn)

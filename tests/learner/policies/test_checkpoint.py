@@ -48,6 +48,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "eos_token_id": tok.eos_token_id,
     }
     model_io.init_model_dir(root / "model", config, seed=0, tokenizer_dir=tok_dir)
+    (root / "config.json").write_text('{"run_dir": "."}')  # the run's training config
     return root
 
 

@@ -115,3 +115,15 @@ def test_bad_batch_settings_are_refused() -> None:
         BatchIterator(
             items(4), batch_size=2, seed=0, fingerprint="f", process_index=2, process_count=2
         )
+
+
+def test_a_batch_of_one_item_is_a_batch() -> None:
+    """One prompt a step (a small RL run) or one row a step: batches of one, resumable."""
+    loader = BatchIterator(items(5), batch_size=1, seed=3, fingerprint="f")
+    first = [ids_of(b)[0] for b in take(loader, 4)]
+    saved = json.loads(json.dumps(loader.get_state()))
+    rest = [ids_of(b)[0] for b in take(loader, 6)]
+    assert sorted(first + rest[:1]) == sorted(rest[1:]) == list(range(5))  # two epochs
+    resumed = BatchIterator(items(5), batch_size=1, seed=3, fingerprint="f")
+    resumed.set_state(saved)
+    assert [ids_of(b)[0] for b in take(resumed, 6)] == rest
