@@ -20,12 +20,20 @@ Choices where the design is silent:
   and the KL term measures the distance to the very policy that drew them.
 - Samples that are not usable (invalid, or no counted token) belong to neither S+ nor S−
   and their tokens do not enter the KL: they change nothing.
+
+Gradient accumulation: the loss is not a sum over micro-batches (the penalty squares the
+batch KL), but its gradient is. With S the batch's KL sum and N its counted tokens,
+∇loss = c·∇S − (1/B)·Σ_q ∇J_q where c = β·max(S/N − δ, 0)/N. So `drpo_coupling` takes
+(S, N, B) from the whole batch in a pass without gradient, and `drpo_micro_loss` of a
+micro-batch m of whole prompt groups, c·S_m − (1/B)·Σ_{q∈m} J_q with c held constant,
+has gradients that sum over the micro-batches to the full batch's exactly.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -95,28 +103,85 @@ def kl_penalty(kl: jax.Array, beta: float, delta: float) -> jax.Array:
     return 0.5 * beta * jnp.square(jnp.maximum(kl - delta, 0.0))
 
 
-def drpo_loss(
-    batch: RLBatch, logp: jax.Array, config: DRPOConfig
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """(loss, metrics) of one batch; differentiate with respect to `logp` [B,G,T]."""
+class DRPOCoupling(NamedTuple):
+    """What couples DRPO's micro-batches, each a sum over the batch (so sums of parts add up):
+    the KL estimates of the counted tokens, their number, and the number of prompts B."""
+
+    kl_sum: jax.Array
+    n_tokens: jax.Array
+    n_prompts: jax.Array
+
+
+class _Parts(NamedTuple):
+    """The per-prompt and per-token pieces both the loss and its micro-batch form read."""
+
+    objectives: jax.Array  # [B] J_q
+    kl_tokens: jax.Array  # [B,G,T] per-token KL estimate, 0 where not counted
+    tokens: jax.Array  # [B,G,T] counted tokens
+    scores: jax.Array
+    omega: jax.Array
+    positive: jax.Array
+    negative: jax.Array
+
+
+def _parts(batch: RLBatch, logp: jax.Array, config: DRPOConfig, caller: str) -> _Parts:
     if not isinstance(config, DRPOConfig):
-        raise TypeError(f"drpo_loss needs a DRPOConfig, got {type(config).__name__}")
+        raise TypeError(f"{caller} needs a DRPOConfig, got {type(config).__name__}")
     check_batch(batch, logp)
     usable = usable_samples(batch)
     tokens = counted_tokens(batch)
     logp, old_logp = select(logp, tokens), select(batch.old_logp, tokens)
     positive, negative = split_outcomes(usable, batch.correct)
-
     scores = sequence_scores(logp, tokens)
     omega = speed_weights(batch.speed_reward, positive, config.lam)
-    objective = jnp.mean(prompt_objectives(scores, omega, positive, negative, config.tau))
-    kl = masked_mean(kl_per_token(old_logp, logp, config.kl_estimator), tokens)
+    objectives = prompt_objectives(scores, omega, positive, negative, config.tau)
+    kl_tokens = jnp.where(tokens, kl_per_token(old_logp, logp, config.kl_estimator), 0.0)
+    return _Parts(objectives, kl_tokens, tokens, scores, omega, positive, negative)
+
+
+def drpo_loss(
+    batch: RLBatch, logp: jax.Array, config: DRPOConfig
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """(loss, metrics) of one batch; differentiate with respect to `logp` [B,G,T]."""
+    parts = _parts(batch, logp, config, "drpo_loss")
+    objective = jnp.mean(parts.objectives)
+    kl = masked_mean(parts.kl_tokens, parts.tokens)
     penalty = kl_penalty(kl, config.beta, config.delta)
     loss = penalty - objective
 
     metrics = {"loss": loss, "objective": objective, "kl": kl, "penalty": penalty}
-    metrics |= _diagnostics(scores, omega, positive, negative)
+    metrics |= _diagnostics(parts.scores, parts.omega, parts.positive, parts.negative)
     return loss, jax.lax.stop_gradient(metrics)
+
+
+def drpo_coupling(batch: RLBatch, logp: jax.Array, config: DRPOConfig) -> DRPOCoupling:
+    """The batch-wide sums a micro-batch's loss needs, without gradient. Additive: the
+    coupling of a batch is the element-wise sum of its parts' couplings."""
+    parts = _parts(batch, logp, config, "drpo_coupling")
+    coupling = DRPOCoupling(
+        kl_sum=jnp.sum(parts.kl_tokens),
+        n_tokens=jnp.sum(parts.tokens).astype(jnp.float32),
+        n_prompts=jnp.asarray(logp.shape[0], jnp.float32),
+    )
+    return jax.lax.stop_gradient(coupling)
+
+
+def kl_slope(coupling: DRPOCoupling, config: DRPOConfig) -> jax.Array:
+    """c = d penalty / d S = β·max(KL − δ, 0)/N, the weight of each token's KL estimate."""
+    n_tokens = jnp.maximum(coupling.n_tokens, 1.0)
+    kl = coupling.kl_sum / n_tokens
+    return jax.lax.stop_gradient(config.beta * jnp.maximum(kl - config.delta, 0.0) / n_tokens)
+
+
+def drpo_micro_loss(
+    batch: RLBatch, logp: jax.Array, config: DRPOConfig, coupling: DRPOCoupling
+) -> jax.Array:
+    """c·S_m − (1/B)·Σ_{q∈m} J_q for a micro-batch of whole prompt groups, c and B from the
+    whole batch's `coupling`: its gradient is this micro-batch's share of `drpo_loss`'s
+    gradient (its value is not a share of the loss; read the loss from `drpo_loss`)."""
+    parts = _parts(batch, logp, config, "drpo_micro_loss")
+    penalty_part = kl_slope(coupling, config) * jnp.sum(parts.kl_tokens)
+    return penalty_part - jnp.sum(parts.objectives) / coupling.n_prompts
 
 
 def _diagnostics(

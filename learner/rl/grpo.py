@@ -15,12 +15,17 @@ samples. The population std keeps a group with one usable sample defined (its A 
 Unusable samples (invalid, or no counted token) enter neither the group statistics nor the
 loss. c = 0 switches the KL off and lets `ref_logp` be None. The metrics' `kl` is k3 of
 KL(π_old‖π), as DRPO reports it, so the two runs' curves compare; `kl_ref` is the penalised one.
+
+Gradient accumulation: every term is local to its prompt group and the divisor B is the
+batch's prompt count, so the loss is a sum over prompts. A micro-batch of whole groups
+contributes `grpo_micro_loss` = (1/B)·Σ_{q∈m} ℓ_q; `grpo_coupling` carries only B.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -80,12 +85,31 @@ def clipped_surrogate(
     return jnp.minimum(unclipped, clipped), clipped < unclipped
 
 
-def grpo_loss(
-    batch: RLBatch, logp: jax.Array, config: GRPOConfig
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """(loss, metrics) of one batch; differentiate with respect to `logp` [B,G,T]."""
+class GRPOCoupling(NamedTuple):
+    """What couples GRPO's micro-batches: only the batch's prompt count B (additive)."""
+
+    n_prompts: jax.Array
+
+
+class _Parts(NamedTuple):
+    """The per-prompt losses and the pieces the metrics read."""
+
+    policy: jax.Array  # [B] per-prompt clipped-surrogate loss
+    kl: jax.Array  # [B] per-prompt mean k3 KL to the reference
+    kl_ref: jax.Array  # [B,G,T]
+    kl_old: jax.Array  # [B,G,T] k3 of KL(π_old‖π)
+    clipped: jax.Array  # [B,G,T]
+    tokens: jax.Array
+    usable: jax.Array
+    rewards: jax.Array
+    advantages: jax.Array
+    positive: jax.Array
+    negative: jax.Array
+
+
+def _parts(batch: RLBatch, logp: jax.Array, config: GRPOConfig, caller: str) -> _Parts:
     if not isinstance(config, GRPOConfig):
-        raise TypeError(f"grpo_loss needs a GRPOConfig, got {type(config).__name__}")
+        raise TypeError(f"{caller} needs a GRPOConfig, got {type(config).__name__}")
     check_batch(batch, logp)
     if config.kl_coef > 0 and batch.ref_logp is None:
         raise ValueError("GRPO with kl_coef > 0 needs batch.ref_logp (or set kl_coef=0)")
@@ -101,20 +125,56 @@ def grpo_loss(
     if config.kl_coef > 0:
         kl_ref = kl_per_token(logp, select(batch.ref_logp, tokens), "k3")
 
-    def reduce(per_token: jax.Array) -> jax.Array:
+    def per_prompt(per_token: jax.Array) -> jax.Array:
         per_sample = masked_mean(per_token, tokens, axis=-1)
-        return jnp.mean(masked_mean(per_sample, usable, axis=-1))
+        return masked_mean(per_sample, usable, axis=-1)
 
-    policy_loss = reduce(-surrogate)
-    loss = policy_loss + config.kl_coef * reduce(kl_ref)
+    return _Parts(
+        policy=per_prompt(-surrogate),
+        kl=per_prompt(kl_ref),
+        kl_ref=kl_ref,
+        kl_old=kl_per_token(old_logp, logp, "k3"),
+        clipped=clipped,
+        tokens=tokens,
+        usable=usable,
+        rewards=rewards,
+        advantages=advantages,
+        positive=positive,
+        negative=negative,
+    )
+
+
+def grpo_loss(
+    batch: RLBatch, logp: jax.Array, config: GRPOConfig
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """(loss, metrics) of one batch; differentiate with respect to `logp` [B,G,T]."""
+    parts = _parts(batch, logp, config, "grpo_loss")
+    tokens = parts.tokens
+    policy_loss = jnp.mean(parts.policy)
+    loss = policy_loss + config.kl_coef * jnp.mean(parts.kl)
     metrics = {
         "loss": loss,
         "policy_loss": policy_loss,
-        "kl": masked_mean(kl_per_token(old_logp, logp, "k3"), tokens),
-        "kl_ref": masked_mean(kl_ref, tokens),
-        "clip_fraction": masked_mean(clipped.astype(jnp.float32), tokens),
-        "reward_mean": masked_mean(rewards, usable),
-        "n_contributing": jnp.sum(jnp.any(advantages != 0, axis=-1)).astype(jnp.float32),
-        **group_counts(positive, negative),
+        "kl": masked_mean(parts.kl_old, tokens),
+        "kl_ref": masked_mean(parts.kl_ref, tokens),
+        "clip_fraction": masked_mean(parts.clipped.astype(jnp.float32), tokens),
+        "reward_mean": masked_mean(parts.rewards, parts.usable),
+        "n_contributing": jnp.sum(jnp.any(parts.advantages != 0, axis=-1)).astype(jnp.float32),
+        **group_counts(parts.positive, parts.negative),
     }
     return loss, jax.lax.stop_gradient(metrics)
+
+
+def grpo_coupling(batch: RLBatch, logp: jax.Array | None, config: GRPOConfig) -> GRPOCoupling:
+    """The batch's prompt count; `logp` is not read (None is fine), so no extra pass."""
+    del logp, config
+    return GRPOCoupling(n_prompts=jnp.asarray(batch.valid.shape[0], jnp.float32))
+
+
+def grpo_micro_loss(
+    batch: RLBatch, logp: jax.Array, config: GRPOConfig, coupling: GRPOCoupling
+) -> jax.Array:
+    """(1/B)·Σ_{q∈m} ℓ_q for a micro-batch of whole prompt groups: the micro-batches' values
+    and gradients sum to `grpo_loss`'s."""
+    parts = _parts(batch, logp, config, "grpo_micro_loss")
+    return jnp.sum(parts.policy + config.kl_coef * parts.kl) / coupling.n_prompts

@@ -10,7 +10,8 @@ One step s (B prompts x G samples, `cfg.rl`):
    identical (problem, candidate) pairs answered from the cache, the rest judged by the
    sandbox fleet (`RewardClient`); sandbox failures are masked, never scored wrong;
 4. update (`learner.rl.update`): the current policy's log-probs recomputed, DRPO or GRPO,
-   one optimizer step; the gap between the trainer's and the sampler's log-probs of the
+   one optimizer step (over `optim.grad_accum` micro-batches of whole prompt groups, with
+   exactly the full batch's gradient); the gap between the trainer's and the sampler's log-probs of the
    behaviour policy is logged and bounded (`rl.max_logprob_gap`);
 5. every `rl.eval_every` steps: held-out pass@1 at the current level (greedy, same verify
    path) feeds the curriculum (promote, or stop on a plateau at the last level);
@@ -315,6 +316,7 @@ class RLTrainer:
                 donate=donate,
                 behaviour=ahead,
                 reference=self.reference is not None,
+                accum=self.cfg.optim.grad_accum,
             )
         return self._steps[key]
 
@@ -525,10 +527,11 @@ def rl_config(cfg: TrainConfig) -> TrainConfig:
 
 def check_config(cfg: TrainConfig) -> None:
     """The checks that need no data read and no compute."""
-    if cfg.optim.grad_accum != 1:
+    accum, prompts = cfg.optim.grad_accum, cfg.rl.prompts_per_step
+    if prompts % accum:
         raise ConfigError(
-            "optim.grad_accum: the RL objectives (DRPO's KL penalty, GRPO's group statistics) "
-            "are not sums over micro-batches; set optim.grad_accum=1 and size rl.prompts_per_step"
+            f"optim.grad_accum={accum} must divide rl.prompts_per_step={prompts}: RL "
+            "micro-batches hold whole prompt groups"
         )
     if not cfg.model.path:
         raise ConfigError(

@@ -19,8 +19,9 @@ from torch.fx import Node
 
 from synth.kernelbench.fragments import AtenCall, bind, same
 from synth.kernelbench.program import Value, literal
-from synth.kernelbench.registry import canonical, operator_for
+from synth.kernelbench.registry import canonical, operator_for, spelled
 from synth.operators import REGISTRY
+from synth.operators.call import is_number
 
 if TYPE_CHECKING:
     from synth.kernelbench.lower import Lowering
@@ -254,6 +255,40 @@ def transpose_2d(lw: Lowering, call: AtenCall, index: int | None) -> Value:
     return registry_op(lw, "transpose", [x], {"dim0": -2, "dim1": -1})
 
 
+def _operand(lw: Lowering, arg: Any) -> tuple[str, tuple[int, ...]]:
+    """A float32 tensor's ref and shape, or a Python number's text and shape `()`."""
+    if isinstance(arg, Node):
+        value = lw.value(arg)
+        if value.example.dtype != torch.float32:
+            raise Decline("not a float32 tensor")
+        return value.ref, tuple(value.example.shape)
+    if is_number(arg):
+        return literal(arg), ()
+    raise Decline("neither a tensor nor a Python number")
+
+
+def _number_line(lw: Lowering, name: str, args: Sequence[Any], params: dict[str, Any]) -> Value:
+    """A line applying the registry's binary `name` to tensors or Python numbers."""
+    op = REGISTRY[name]
+    refs, shapes = zip(*(_operand(lw, arg) for arg in args), strict=True)
+    expr = canonical(op, refs, shapes, params) or spelled(op, refs, params)
+    if expr is None:
+        raise Decline(f"{name} with {params} has no spelling")
+    return lw.line(expr, name, mapped=True)
+
+
+def reverse_sub(lw: Lowering, call: AtenCall, index: int | None) -> Value:
+    """`rsub(x, c, alpha)` is `c - alpha * x` (`2.0 - x` traces to it): the registry's
+    sub with its operands swapped, `torch.sub(2.0, x)`."""
+    args = [call.args["other"], call.args["self"]]
+    return _number_line(lw, "sub", args, {"alpha": call.args["alpha"]})
+
+
+def reciprocal(lw: Lowering, call: AtenCall, index: int | None) -> Value:
+    """`1 / x` (`c / x` traces to reciprocal, then mul) is `torch.div(1.0, x)`."""
+    return _number_line(lw, "div", [1.0, call.args["self"]], {})
+
+
 Rewrite = Callable[["Lowering", AtenCall, "int | None"], Value]
 
 REWRITES: dict[str, Rewrite] = {
@@ -278,5 +313,7 @@ REWRITES: dict[str, Rewrite] = {
     "cat": cat,
     "t": transpose_2d,
     "permute": transpose_2d,
+    "rsub": reverse_sub,
+    "reciprocal": reciprocal,
 }
 """ATen operator (packet name) -> its rewrite."""

@@ -56,7 +56,9 @@ class Call:
     tensor_list: bool = False
     """The tensors come as one list argument (`torch.cat([a, b], dim=0)`)."""
     numbers: tuple[str, ...] = ()
-    """Tensor arguments that may instead be a Python number (lerp's `weight`)."""
+    """Tensor arguments that may instead be a Python number (lerp's `weight`, either
+    operand of add, sub, mul and div), where PyTorch takes one; a number is a 0-d operand
+    (it broadcasts to any shape), and at least one argument stays a tensor."""
     ranks: tuple[RankRange, ...] = ()
     same_rank: bool = False
     """Every tensor argument has the same rank (cat, stack)."""
@@ -70,6 +72,15 @@ class Call:
     def param_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.params)
 
+    def number_error(self, names: Sequence[str]) -> str | None:
+        """Why the tensor arguments `names` may not be Python numbers, or None if they may."""
+        for name in names:
+            if name not in self.numbers:
+                return f"`{name}` must be a tensor, not a Python number"
+        if names and len(set(names)) >= len(self.tensors):
+            return "at least one operand must be a tensor, not every one a Python number"
+        return None
+
     def rank_error(self, ranks: Sequence[int]) -> str | None:
         """Why tensor arguments of these ranks do not fit the call, or None if they do."""
         for i, rank in enumerate(ranks):
@@ -81,6 +92,11 @@ class Call:
         if self.same_rank and len(set(ranks)) > 1:
             return f"its tensors must have one rank, not {list(ranks)}"
         return None
+
+
+def is_number(value: Any) -> bool:
+    """A Python int or float, as a number operand may be (a bool is not: it is a flag)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def min_rank(rank: int, count: int = 1) -> tuple[RankRange, ...]:

@@ -84,9 +84,10 @@ def _check_window(kernel: int, stride: int, padding: int, dilation: int) -> None
 
 
 def output_shape(name: str, in_shapes: Sequence[Sequence[int]], params: Params) -> Shape:
-    """The output shape of operator `name` on tensors of `in_shapes` (a Python-number
-    argument such as lerp's scalar weight is left out); raises `ShapeError` naming the
-    operator when they do not fit."""
+    """The output shape of operator `name` on tensors of `in_shapes`; raises `ShapeError`
+    naming the operator when they do not fit. A Python-number argument (`torch.mul(x,
+    0.5)`, lerp's scalar weight) is a 0-d operand: give it shape `()`, or leave it out,
+    as it broadcasts to any shape."""
     op = REGISTRY.get(name)
     if op is None:
         raise ShapeError(f"unknown operator `{name}`")

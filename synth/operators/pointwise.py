@@ -32,8 +32,11 @@ def binary(
     tensors: tuple[str, ...] = ("input", "other"),
     coef: int = 1,
     numbers: tuple[str, ...] = (),
+    params: tuple[tuple[str, Any], ...] = (),
 ) -> Operator:
-    """A broadcasting elementwise operator printed as `call(a, b, ...)`."""
+    """A broadcasting elementwise operator printed as `call(a, b, ...)`; `numbers` are
+    the tensor arguments a program may write as a Python number, `params` the call's
+    other parameters with their defaults (never printed by the generator)."""
     arity = len(tensors)
     args = ", ".join(f"{{{i}}}" for i in range(arity))
     return Operator(
@@ -45,7 +48,7 @@ def binary(
         shape=_broadcast_shape,
         flops=elementwise_flops(coef),
         render=template(f"{call}({args})"),
-        call=Call((call,), tensors=tensors, numbers=numbers),
+        call=Call((call,), tensors=tensors, numbers=numbers, params=params),
     )
 
 
@@ -74,12 +77,16 @@ def unary(
 
 
 INPLACE = ("inplace", False)
+EITHER = ("input", "other")
+ALPHA = (("alpha", 1),)
 
 OPERATORS: list[Operator] = [
-    binary("add", "torch.add"),
-    binary("sub", "torch.sub"),
-    binary("mul", "torch.mul"),
-    binary("div", "torch.div"),
+    # Either operand may be a Python number (`torch.mul(x, 0.5)`, `torch.sub(1.0, x)`);
+    # add and sub scale `other` by `alpha`. maximum and minimum take tensors only.
+    binary("add", "torch.add", numbers=EITHER, params=ALPHA),
+    binary("sub", "torch.sub", numbers=EITHER, params=ALPHA),
+    binary("mul", "torch.mul", numbers=EITHER),
+    binary("div", "torch.div", numbers=EITHER),
     binary("maximum", "torch.maximum"),
     binary("minimum", "torch.minimum"),
     binary("lerp", "torch.lerp", ("input", "end", "weight"), coef=2, numbers=("weight",)),

@@ -476,8 +476,8 @@ def _is_suffix(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
 
 
 def describe(op: Op) -> str:
-    """`out = kind(inputs)`, for kernel docstrings."""
-    return f"{op.out} = {op.kind}({', '.join(op.inputs)})"
+    """`out = kind(inputs)` (numbers in their places), for kernel docstrings."""
+    return f"{op.out} = {op.kind}({', '.join(op.operands(op.inputs))})"
 
 
 def group_ops(group: Group) -> list[Op]:

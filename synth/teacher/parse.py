@@ -11,18 +11,23 @@ How each operator may be called (names, arguments, defaults) and its shape rule 
 from the operator registry (`synth.operators`, through `.operators`); what is checked
 here is what the templates support. Anything else is refused with a message naming the
 line. Shapes are inferred statically: the teacher plans kernels (ranks, fusion) from
-them, but the code it emits reads every size at run time.
+them, but the code it emits reads every size at run time. A Python number written in
+place of a tensor (`torch.mul(x, 0.5)`, `torch.sub(1.0, x)`, where the registry's
+`Call.numbers` allows one) is an `Op`'s `numbers` entry, as the float32 value PyTorch
+computes with (`synth.teacher.numbers`), and becomes a literal in the kernel.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from synth.operators.call import REQUIRED
 from synth.operators.infer import ShapeError, output_shape
 
+from .numbers import NumberError, float32_literal, float32_value
 from .operators import BY_CALL, COPY, OPERATORS, OperatorSpec
 
 Shape = tuple[int, ...]
@@ -41,10 +46,29 @@ class Op:
     inputs: tuple[str, ...]
     params: dict[str, Any]
     line: int = 0
+    numbers: dict[str, float] = field(default_factory=dict)
+    """Tensor argument (by PyTorch's keyword) -> the Python number written in its place,
+    as its float32 value; `inputs` holds the other, tensor, arguments."""
 
     @property
     def family(self) -> str:
         return OPERATORS[self.kind].family
+
+    def operands(self, tensors: Sequence[str]) -> list[str]:
+        """The call's operands in PyTorch's order: `tensors` stand for `inputs`, one each,
+        and each number is a float32 literal (parenthesised when negative)."""
+        if not self.numbers:
+            return list(tensors)
+        remaining = iter(tensors)
+        return [
+            _operand_literal(self.numbers[name]) if name in self.numbers else next(remaining)
+            for name in OPERATORS[self.kind].tensor_args
+        ]
+
+
+def _operand_literal(value: float) -> str:
+    text = float32_literal(value)
+    return f"({text})" if text.startswith("-") else text
 
 
 @dataclass
@@ -70,10 +94,15 @@ class Program:
 
 
 def infer_shape(op: Op, shapes: dict[str, Shape]) -> Shape:
-    """The static output shape of `op`, by the registry's shape rule for its operator."""
+    """The static output shape of `op`, by the registry's shape rule for its operator (a
+    number operand is 0-d)."""
     ins = [shapes[name] for name in op.inputs]
     if op.kind == COPY:
         return ins[0]
+    if op.numbers:
+        tensors = iter(ins)
+        names = OPERATORS[op.kind].tensor_args
+        ins = [() if name in op.numbers else next(tensors) for name in names]
     try:
         return output_shape(op.kind, ins, op.params)
     except ShapeError as err:
@@ -141,6 +170,28 @@ def _split_call(value: ast.expr) -> tuple[ast.Call, str | None]:
     )
 
 
+def _number(node: ast.expr, what: str, line: int) -> float:
+    """The float32 value of a Python number written as `node` (`0.5`, `-2`, `1e-3`)."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        raise TranslationError(
+            f"line {line}: {what} must be a tensor name or a Python number, "
+            f"got `{ast.unparse(node)}`"
+        ) from None
+    try:
+        return float32_value(value)
+    except NumberError as err:
+        raise TranslationError(f"line {line}: {what}: {err}") from None
+
+
+def _is_literal(node: ast.expr) -> bool:
+    """A constant, or a signed one (`-0.5`): what a number operand is written as."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    return isinstance(node, ast.Constant)
+
+
 def _tensor_name(node: ast.expr, env: dict[str, str], line: int) -> str:
     """The SSA name of the tensor a source name holds at this line."""
     if not isinstance(node, ast.Name):
@@ -192,6 +243,11 @@ def _normalise(
             raise TranslationError(f"{where}: only transpose of the last two dims is supported")
     if kind == "gelu" and p["approximate"] != "none":
         raise TranslationError(f"{where}: only the exact (erf) GELU is supported")
+    if "alpha" in p:  # add, sub: `other` scaled by alpha, a float32 number like operands
+        try:
+            p["alpha"] = float32_value(p["alpha"])
+        except NumberError as err:
+            raise TranslationError(f"{where}: alpha: {err}") from None
     for flag in ("inplace",):
         if p.pop(flag, False):
             raise TranslationError(f"{where}: in-place variants are not supported")
@@ -252,10 +308,15 @@ def _normalise(
     return p
 
 
+CLAMP_FORMS = frozenset({"maximum", "minimum"})
+"""Operators whose scalar form is another call (`torch.clamp(x, min=0.1)`)."""
+
+
 def _bind(
     spec: OperatorSpec, call: ast.Call, env: dict[str, str], line: int
-) -> tuple[list[str], dict[str, Any]]:
-    """Bind a call's arguments to (tensor names, parameter values) like Python would."""
+) -> tuple[list[str], dict[str, Any], dict[str, float]]:
+    """Bind a call's arguments like Python would: (tensor names, parameter values, the
+    Python numbers given for tensor arguments)."""
     args = list(call.args)
     keywords = {kw.arg: kw.value for kw in call.keywords}
     if None in keywords:
@@ -276,10 +337,14 @@ def _bind(
                 raise TranslationError(
                     f"line {line}: {spec.kind} is missing tensor argument `{key}`"
                 )
-            if key in call_spec.numbers and not isinstance(node, ast.Name):
-                tensors.append((key, _literal(node, line)))  # a Python number
-                continue
-            tensors.append(_tensor_name(node, env, line))
+            if isinstance(node, ast.Name) or not (key in call_spec.numbers or _is_literal(node)):
+                tensors.append(_tensor_name(node, env, line))
+            else:  # a Python number in place of a tensor
+                tensors.append((key, _number(node, f"{spec.kind}'s `{key}`", line)))
+        reason = call_spec.number_error([item[0] for item in tensors if isinstance(item, tuple)])
+        if reason is not None:
+            hint = " (the scalar form is torch.clamp)" if spec.kind in CLAMP_FORMS else ""
+            raise TranslationError(f"line {line}: {spec.kind}: {reason}{hint}")
     params: dict[str, Any] = {}
     names = list(call_spec.param_names)
     if len(args) > len(names):
@@ -297,13 +362,8 @@ def _bind(
             if default is REQUIRED:
                 raise TranslationError(f"line {line}: {spec.kind} is missing `{name}`")
             params[name] = default
-    names_out: list[str] = []
-    for item in tensors:
-        if isinstance(item, tuple):  # lerp with a Python-number weight
-            params[item[0]] = float(item[1])
-        else:
-            names_out.append(item)
-    return names_out, params
+    numbers = dict(item for item in tensors if isinstance(item, tuple))
+    return [item for item in tensors if isinstance(item, str)], params, numbers
 
 
 def _find_function(module: ast.Module, name: str) -> ast.FunctionDef:
@@ -423,14 +483,14 @@ def parse_program(source: str) -> Program:
         if spec.call.suffix != suffix:
             want = f"`{spec.call.suffix}`" if spec.call.suffix else "no suffix"
             raise TranslationError(f"line {line}: `{name}(...)` must be followed by {want}")
-        tensors, params = _bind(spec, call, env, line)
+        tensors, params, numbers = _bind(spec, call, env, line)
         in_shapes = [shapes[t] for t in tensors]
         reason = spec.call.rank_error([len(s) for s in in_shapes])
         if reason is not None:
             raise TranslationError(f"line {line}: {spec.kind}: {reason}")
         params = _normalise(spec, params, in_shapes, line)
         out = f"tensor_{len(args) + len(ops)}"
-        op = Op(out=out, kind=spec.kind, inputs=tuple(tensors), params=params, line=line)
+        op = Op(out, spec.kind, tuple(tensors), params, line=line, numbers=numbers)
         shapes[out] = infer_shape(op, shapes)
         ops.append(op)
         env[_target(stmt)] = out  # a reassigned name now means the new value

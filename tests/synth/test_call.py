@@ -136,3 +136,40 @@ def test_shapes_that_do_not_fit_are_a_clear_error(
 ) -> None:
     with pytest.raises(ShapeError, match=message):
         output_shape(name, shapes, params)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "maximum", "minimum"])
+def test_number_operands_are_where_pytorch_takes_them(name: str) -> None:
+    """The registry lets a Python number stand for a binary operand exactly where PyTorch
+    does: either operand of add, sub, mul and div; neither of maximum and minimum."""
+    call = REGISTRY[name].call
+    fn = getattr(torch, name)
+    x = torch.randn(3)
+    for position, key in enumerate(("input", "other")):
+        args = [x, x]
+        args[position] = 2.0
+        try:
+            fn(*args)
+            takes_number = True
+        except TypeError:
+            takes_number = False
+        assert (key in call.numbers) == takes_number
+        assert (call.number_error([key]) is None) == takes_number
+
+
+def test_number_errors_name_the_argument_or_ask_for_a_tensor() -> None:
+    add, lerp = REGISTRY["add"].call, REGISTRY["lerp"].call
+    assert add.number_error([]) is None and add.number_error(["other"]) is None
+    assert "at least one operand must be a tensor" in (add.number_error(["input", "other"]) or "")
+    assert lerp.number_error(["weight"]) is None
+    assert lerp.number_error(["end"]) == "`end` must be a tensor, not a Python number"
+    assert dict(add.params) == {"alpha": 1} == dict(REGISTRY["sub"].call.params)
+    assert not REGISTRY["mul"].call.params
+
+
+@pytest.mark.parametrize("shape", [[3, 4], [2, 1, 5], []])
+def test_a_number_operand_is_a_zero_dim_broadcast(shape: list[int]) -> None:
+    expected = tuple(torch.sub(0.5, torch.randn(shape)).shape)
+    assert output_shape("sub", [[], shape], {}) == expected
+    assert output_shape("mul", [shape, []], {}) == expected
+    assert output_shape("lerp", [shape, shape, []], {}) == expected

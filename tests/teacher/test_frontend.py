@@ -144,7 +144,7 @@ def test_positional_and_keyword_parameters_are_equivalent(spelled: str, canonica
         (["if True:\n        u = torch.relu(t)"], "one per line"),
         (["u = torch.relu(t) + 1"], "expected an operator call"),
         (["u = torch.max(t, 1)[1]"], "expected an operator call"),
-        (["u = torch.sub(t, t, alpha=2)"], "unexpected argument `alpha`"),
+        (["u = torch.div(t, t, rounding_mode='floor')"], "unexpected argument `rounding_mode`"),
         (["u = torch.relu(input=t, input2=t)"], "unexpected argument"),
     ],
 )

@@ -12,12 +12,15 @@ softplus/logsigmoid an accurate `log1p` (`log(1 + z)` is 0 for z below 6e-8).
 Triton's interpreter has no libdevice, so both are helper functions in plain `tl`
 (`HELPERS`), emitted once per module for the operators that call them (`helpers_for`).
 GELU keeps PyTorch's own formula, 0.5 * x * (1 + erf(x / sqrt(2))).
+A Python number given for a tensor argument (`torch.mul(x, 0.5)`, lerp's weight) is an
+operand like a register: its float32 literal, in its place (`Op.operands`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..numbers import float32_literal
 from ..parse import Op
 
 # Coordinates of the iteration space, by dimension: called only by triu/tril.
@@ -79,10 +82,22 @@ def _call(fn: str) -> Callable[[Op, list[str], Coords], list[str]]:
     return lambda op, a, _: [f"{op.out} = {fn}({', '.join(a)})"]
 
 
+def _scaled(op: Op, other: str) -> str:
+    """add / sub's `alpha * other` (alpha a float32 value, as the parser leaves it)."""
+    alpha = op.params.get("alpha", 1.0)
+    if alpha == 1.0:
+        return other
+    literal = float32_literal(alpha)
+    return f"({literal}) * {other}" if literal.startswith("-") else f"{literal} * {other}"
+
+
+def _add_sub(symbol: str) -> Callable[[Op, list[str], Coords], list[str]]:
+    return lambda op, a, _: [f"{op.out} = {a[0]} {symbol} {_scaled(op, a[1])}"]
+
+
 def _lerp(op: Op, a: list[str], _: Coords) -> list[str]:
     # PyTorch's two-sided formula: exact at both ends of the interpolation.
-    start, end = a[0], a[1]
-    weight = a[2] if len(a) > 2 else _num(op.params["weight"])
+    start, end, weight = a
     return [
         f"{op.out} = tl.where(tl.abs({weight}) < 0.5, {start} + {weight} * ({end} - {start}), "
         f"{end} - ({end} - {start}) * (1.0 - {weight}))"
@@ -133,8 +148,8 @@ def _triangle(upper: bool) -> Callable[[Op, list[str], Coords], list[str]]:
 
 POINTWISE: dict[str, Callable[[Op, list[str], Coords], list[str]]] = {
     "copy": lambda op, a, _: [f"{op.out} = {a[0]}"],
-    "add": _binary("+"),
-    "sub": _binary("-"),
+    "add": _add_sub("+"),
+    "sub": _add_sub("-"),
     "mul": _binary("*"),
     "div": _binary("/"),
     "maximum": _call("tl.maximum"),
@@ -187,5 +202,5 @@ POINTWISE: dict[str, Callable[[Op, list[str], Coords], list[str]]] = {
 
 
 def pointwise_lines(op: Op, args: list[str], coords: Coords) -> list[str]:
-    """Kernel lines computing `op.out` from the operand registers `args`."""
-    return POINTWISE[op.kind](op, args, coords)
+    """Kernel lines computing `op.out` from the registers `args` of its tensor inputs."""
+    return POINTWISE[op.kind](op, op.operands(args), coords)

@@ -1,7 +1,8 @@
 """Run under XLA_FLAGS=--xla_force_host_platform_device_count=8 by test_rl_trainer.py.
 
 One RL update (DRPO, and GRPO with its reference KL) on a (fsdp=4, tp=2) mesh and on a
-single device, from the same state and batch; prints the largest differences as JSON.
+single device, from the same state and batch, and on the mesh again with two micro-batches
+(gradient accumulation); prints the largest differences as JSON.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def batch_arrays() -> tuple[RLBatch, np.ndarray, np.ndarray]:
     return batch, tokens, starts
 
 
-def run(mesh, cfg, qcfg, rl: RLConfig) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+def run(
+    mesh, cfg, qcfg, rl: RLConfig, accum: int = 1
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     state = create_train_state(cfg, qcfg, mesh)
     reference = None
     if rl.algorithm == "grpo":  # a reference policy other than the current one
@@ -55,7 +58,7 @@ def run(mesh, cfg, qcfg, rl: RLConfig) -> tuple[dict[str, np.ndarray], dict[str,
     step = make_rl_step(
         state_shardings(state, mesh), width=W, algorithm=rl.algorithm,
         loss_config=rl.loss_config(), chunk=4, donate=False, behaviour=False,
-        reference=reference is not None,
+        reference=reference is not None, accum=accum,
     )  # fmt: skip
     batch, tokens, starts = batch_arrays()
     with jax.set_mesh(mesh):
@@ -73,13 +76,19 @@ def main() -> None:
         rl = RLConfig(algorithm=algorithm, drpo_delta=0.0)  # the KL penalty is active
         single = run(make_mesh(1, 1, devices=jax.devices()[:1]), cfg, qcfg, rl)
         sharded = run(make_mesh(4, 2), cfg, qcfg, rl)
+        accumulated = run(make_mesh(4, 2), cfg, qcfg, rl, accum=2)
         start = host_params(create_train_state(cfg, qcfg, make_mesh(1, 1, jax.devices()[:1])))
         report[algorithm] = {
             "param_diff": max(float(np.abs(single[0][k] - sharded[0][k]).max()) for k in single[0]),
             "param_change": max(float(np.abs(single[0][k] - start[k]).max()) for k in start),
             "metric_diff": {k: abs(single[1][k] - sharded[1][k]) for k in single[1]},
+            "accum_param_diff": max(
+                float(np.abs(single[0][k] - accumulated[0][k]).max()) for k in single[0]
+            ),
+            "accum_metric_diff": {k: abs(single[1][k] - accumulated[1][k]) for k in single[1]},
             "loss": single[1]["loss"],
             "grad_norm": single[1]["grad_norm"],
+            "metrics": single[1],
         }
     json.dump(report, sys.stdout)
 

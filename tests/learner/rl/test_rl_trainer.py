@@ -49,14 +49,17 @@ def test_a_sharded_update_equals_the_single_device_update() -> None:
         # Adam's first step moves every parameter by about lr = 3e-3: agreement to 1e-4 of
         # that leaves no room for a wrongly sharded gradient.
         assert result["param_diff"] < 1e-4 * 3, result
-        for name, diff in result["metric_diff"].items():
-            assert diff <= 1e-4 * max(1.0, abs(result.get(name, 1.0))), (algorithm, name, diff)
+        assert result["accum_param_diff"] < 1e-4 * 3, result  # two micro-batches, sharded
+        for key in ("metric_diff", "accum_metric_diff"):
+            for name, diff in result[key].items():
+                scale = max(1.0, abs(result["metrics"][name]))
+                assert diff <= 1e-4 * scale, (algorithm, key, name, diff)
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["optim.grad_accum=2"], "grad_accum"),
+        (["optim.grad_accum=3"], "grad_accum=3 must divide rl.prompts_per_step=2"),
         ([], "model.path"),
         (["model.path=.", "data.programs=nope.jsonl"], "no such file: nope.jsonl"),
     ],

@@ -232,3 +232,39 @@ def test_mismatch_is_reported_by_the_check() -> None:
 def test_broken_problem_files_are_reported(source: str, reason: str) -> None:
     result = export_source(source, "broken", level=1)
     assert not result.ok and reason in (result.reason or "")
+
+
+class ScalarOperands(nn.Module):
+    """Python numbers beside tensors, in each position and spelling PyTorch allows."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        return [
+            x * 0.5,
+            0.25 * x,
+            x + 1,
+            2.0 - x,
+            torch.sub(-1.5, y),
+            x / 3,
+            3.0 / x,
+            torch.add(x, y, alpha=-2),
+        ]
+
+
+def test_python_number_operands_are_registry_operators() -> None:
+    """`2.0 - x` traces to rsub and `3.0 / x` to reciprocal: both come back as the
+    registry's sub / div with the number first, so no line stays PyTorch."""
+    model = ScalarOperands()
+    result, inputs = _export(model, (3, 4), (4,))
+    _assert_equal_to_model(result, model, inputs)
+    assert result.unmapped_ops == ()
+    lines = _fused_lines(result.source)
+    for line in (
+        "tensor_2 = torch.mul(tensor_0, 0.5)",
+        "tensor_5 = torch.sub(2.0, tensor_0)",
+        "tensor_6 = torch.sub(-1.5, tensor_1)",
+        "tensor_8 = torch.div(1.0, tensor_0)",
+        "tensor_10 = torch.add(tensor_0, tensor_1, alpha=-2)",
+    ):
+        assert line in lines, "\n".join(lines)
+    program = parse_program(result.source)  # the teacher reads every line
+    assert [op.kind for op in program.ops].count("div") == 2

@@ -21,7 +21,22 @@ TINY = {
     "level2/conv2d_groupnorm_tanh.py": {"batch_size": 2, "height": 8, "width": 8},
     "level2/linear_logsumexp_relu.py": {"batch_size": 4, "in_features": 16, "out_features": 8},
     "level1/conv2d_same_padding.py": {"batch_size": 2, "height": 8, "width": 8},
+    # A Python number as one operand of a binary operator (`y * 0.5`).
+    "level2/attention_scores.py": {"batch_heads": 2, "seq_len": 16, "head_dim": 8},
+    "level2/conv_transpose2d_clamp_scale.py": {
+        "batch_size": 2,
+        "in_channels": 4,
+        "out_channels": 3,
+        "height": 5,
+        "width": 5,
+    },
+    "level2/gemm_scale_residual.py": {"batch_size": 8, "in_features": 16, "out_features": 12},
 }
+NUMBER_OPERANDS = (
+    "level2/attention_scores.py",
+    "level2/conv_transpose2d_clamp_scale.py",
+    "level2/gemm_scale_residual.py",
+)
 
 
 def _relative(path) -> str:
@@ -40,6 +55,18 @@ def test_bundled_problems_at_tiny_sizes(name: str) -> None:
     result = export_problem(BUNDLED / name, overrides=TINY[name])
     assert result.ok, result.reason
     assert result.level == int(name[len("level")])
+
+
+@pytest.mark.parametrize("name", NUMBER_OPERANDS)
+def test_number_operands_are_registry_lines_the_teacher_translates(name: str) -> None:
+    """`torch.mul(x, 0.5)` is the registry's mul, so every line maps and the teacher
+    translates the program (tests/teacher/test_scalars.py runs the kernels)."""
+    from synth.teacher import translate
+
+    result = export_problem(BUNDLED / name, overrides=TINY[name])
+    assert result.ok, result.reason
+    assert result.unmapped_ops == () and "mul" in result.ops
+    assert translate(result.source).operators == result.ops
 
 
 def test_rewrite_is_deterministic() -> None:
