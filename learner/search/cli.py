@@ -89,11 +89,36 @@ def _write(path: str, text: str) -> None:
         raise
 
 
+def _is_kernelbench(source: str) -> bool:
+    """A KernelBench-format problem: a `Model` class and no `fused_operator`."""
+    import ast
+
+    try:
+        names = {getattr(node, "name", None) for node in ast.parse(source).body}
+    except SyntaxError:
+        return False
+    return "Model" in names and "fused_operator" not in names
+
+
+def _functional(source: str, name: str) -> str:
+    """The problem in the functional format: KernelBench's `Model` rewritten through
+    torch.export (`synth.kernelbench`), checked equal to the Model before use."""
+    if not _is_kernelbench(source):
+        return source
+    from synth.kernelbench.export import export_source
+
+    result = export_source(source, name)
+    if not result.ok or result.source is None:
+        raise _usage(f"the KernelBench problem could not be rewritten: {result.reason}")
+    print(f"{name}: KernelBench Model rewritten into the functional format", file=sys.stderr)
+    return result.source
+
+
 def _search(args: argparse.Namespace) -> int:
     path = Path(args.problem)
     if not path.is_file():
         raise _usage(f"no problem file {args.problem}")
-    problem = path.read_text()
+    problem = _functional(path.read_text(), path.stem)
     from learner.policies.base import PolicyError
     from learner.policies.registry import load_policy
     from learner.search.program import SearchError, parse

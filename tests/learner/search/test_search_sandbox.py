@@ -92,6 +92,44 @@ def test_drtriton_search_command(search_sandbox: str, tmp_path: Path) -> None:
     assert len(data["fragments"]) == 7 and "code" not in data["fragments"][0]
 
 
+KERNELBENCH_LINEAR_RELU = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [8, 6]
+"""
+
+
+def test_drtriton_search_takes_a_kernelbench_model(search_sandbox: str, tmp_path: Path) -> None:
+    """A `Model` file is rewritten through torch.export first, then searched like any
+    program; one that cannot be rewritten is refused with the reason."""
+    from drtriton_cli import main
+
+    problem = tmp_path / "linear_relu.py"
+    problem.write_text(KERNELBENCH_LINEAR_RELU)
+    out = tmp_path / "result.json"
+    args = ["search", str(problem), "--policy", "teacher", "--server", search_sandbox]
+    args += ["--samples", "1", "--trials", "2", "--no-timing", "--out", str(out)]
+    assert main(args) == 0
+    assert json.loads(out.read_text())["verdict"] == "correct"
+    problem.write_text(KERNELBENCH_LINEAR_RELU.replace("[8, 6]", "[8]"))  # Model(8) fails
+    assert main(args) == 2
+
+
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
