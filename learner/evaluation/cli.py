@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trials", type=int, default=3, help="correctness trials per sample")
     parser.add_argument("--batch", type=int, default=8, help="problems per policy call")
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="a model policy's answer length (its default: 1024)"
+    )
+    parser.add_argument(
+        "--temperature", type=float, help="a model policy's sampling temperature (0 = greedy)"
+    )
     parser.add_argument("--server", default="local", help="local | HOST:PORT[,HOST:PORT...]")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--workers", type=int, default=2, help="graders of a local server")
@@ -104,6 +110,8 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         timing=args.timing,
         trials=args.trials,
         batch=args.batch,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
     )
 
 
@@ -134,12 +142,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (SuiteError, RunDirError, ReportError, PolicyError, SandboxUnreachable)
 
 
-def load_policy(spec: str) -> Any:
+def load_policy(spec: str, **options: Any) -> Any:
     """The policy `spec` names; a spec the registry refuses is a one-line error."""
     from learner.evaluation.run import load_policy as load
 
     try:
-        return load(spec)
+        return load(spec, **options)
     except (KeyError, ValueError, FileNotFoundError) as err:
         raise _usage(f"--policy {spec}: {err}") from None
 
@@ -151,7 +159,7 @@ def _eval(args: argparse.Namespace) -> int:
     from learner.evaluation.run import run_eval
 
     try:
-        policy = load_policy(settings.policy)
+        policy = load_policy(settings.policy, **settings.policy_options())
         summary = run_eval(
             settings,
             args.out,

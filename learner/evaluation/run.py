@@ -50,11 +50,12 @@ def make_problems(settings: EvalSettings, run_dir: Path) -> list[EvalProblem]:
     raise SuiteError(f"unknown suite {settings.suite!r}: one of {', '.join(SUITES)}")
 
 
-def load_policy(spec: str) -> Any:
-    """The policy a spec names (`teacher`, `checkpoint:PATH`, `hosted:URL#MODEL`)."""
+def load_policy(spec: str, **options: Any) -> Any:
+    """The policy a spec names (`teacher`, `checkpoint:PATH`, `hosted:URL#MODEL`), made with
+    `options` (None values are left to the policy's defaults)."""
     from learner.policies.registry import load_policy as load
 
-    return load(spec)
+    return load(spec, **options)
 
 
 def check_settings(settings: EvalSettings) -> None:
@@ -84,7 +85,7 @@ def run_eval(
     check_settings(settings)
     run_dir = Path(run_dir)
     if policy is None:
-        policy = load_policy(settings.policy)
+        policy = load_policy(settings.policy, **settings.policy_options())
     # Nothing is written before the problems, the policy and the fleet are ready, so a
     # failed start leaves no run behind to be resumed.
     if store.check_run(run_dir, settings, resume=resume):

@@ -54,12 +54,20 @@ class EvalSettings:
     timing: bool = True
     trials: int = 3
     batch: int = 8
+    max_new_tokens: int | None = None  # None: the policy's own default
+    temperature: float | None = None
 
     def normalized(self) -> EvalSettings:
         """Fields the suite ignores set to fixed values, so they never fail a resume."""
         if self.suite == "kernelbench":
             return _replace(self, levels=(), profile="", count=0)
         return _replace(self, problems=None)
+
+    def policy_options(self) -> dict[str, Any]:
+        """Sampling options for the policy; those left unset are not passed (the teacher
+        takes none, so setting one for it is an error)."""
+        options = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature}
+        return {key: value for key, value in options.items() if value is not None}
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)

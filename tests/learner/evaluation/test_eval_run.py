@@ -131,6 +131,27 @@ def test_an_unknown_policy_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert not (tmp_path / "x").exists()
 
 
+def test_sampling_options_reach_a_model_policy_and_not_the_teacher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("learner.policies.registry")
+    args = ["eval", "--levels", "1", "--count", "1", "--temperature", "0"]
+    assert drtriton([*args, "--policy", "teacher", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "takes no option temperature" in err and len(err.splitlines()) == 1, err
+
+    seen: dict[str, Any] = {}
+
+    def fake_load(spec: str, **options: Any) -> Any:
+        seen.update(options, spec=spec)
+        raise KeyError("stop here")
+
+    monkeypatch.setattr("learner.evaluation.run.load_policy", fake_load)
+    extra = ["--max-new-tokens", "2048", "--policy", "checkpoint:/m", "--out", str(tmp_path / "c")]
+    assert drtriton([*args, *extra]) == 2
+    assert seen == {"spec": "checkpoint:/m", "max_new_tokens": 2048, "temperature": 0.0}
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
