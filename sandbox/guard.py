@@ -199,7 +199,13 @@ def _build(device: str) -> Instruments:
     launcher_classes = _wrap_launchers(state, refuse, interpreted)
     wrapped = wrap_escape_hatches(state, refuse)
     wrap_dispatch_below(state, refuse)
-    add_audit_hook(state, refuse, protected_names(launcher_classes, wrapped), os.getcwd())
+    add_audit_hook(
+        state,
+        refuse,
+        protected_names(launcher_classes, wrapped),
+        os.getcwd(),
+        compiles=not interpreted,
+    )
     baseline = guard_integrity.Baseline([(cls.__name__, cls) for cls in launcher_classes])
     key_sets = [guard_integrity.key_sets()]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -369,8 +370,17 @@ _PROCESS_EVENTS = frozenset(
         "pty.spawn",
     }
 )
-# What Triton runs while compiling a kernel inside a launch.
+# What Triton runs while compiling a kernel inside a launch (on a GPU only: the CPU
+# interpreter compiles nothing).
 _COMPILER_TOOLS = ("ptxas", "gcc", "cc", "clang", "g++", "c++", "ldconfig", "cuobjdump", "nvdisasm")
+_C_COMPILERS = ("gcc", "cc", "clang", "g++", "c++")
+# Events whose second argument is the new program's argument list.
+_ARGV_EVENTS = frozenset({"subprocess.Popen", "os.exec", "os.posix_spawn"})
+# The arguments Triton's launcher build gives a C compiler (`triton.runtime.build._build`):
+# anything else (`-wrapper`, `-B`, `-fplugin`, `-specs`, `@file`) could run another program.
+_C_COMPILER_ARG = re.compile(
+    r"(?:-O[0-3s]|-shared|-fPIC|-Wno-psabi|-o|-l:?[\w.+-]+|-[LI]/[^\s]*|[^-@][^\s]*)\Z"
+)
 # Attributes of the instruments' classes whose replacement would run candidate code in the
 # harness's place, or take an instrument away.
 _DANGEROUS_DUNDERS = frozenset(
@@ -431,10 +441,15 @@ def protected_names(
 
 
 def add_audit_hook(
-    state: State, refuse: Refuse, protected: dict[int, frozenset[str]], home: str
+    state: State,
+    refuse: Refuse,
+    protected: dict[int, frozenset[str]],
+    home: str,
+    compiles: bool = True,
 ) -> None:
     """`home`: the job directory (the working directory when the guard is installed),
-    whose files besides the candidate's source are the grader's."""
+    whose files besides the candidate's source are the grader's. `compiles`: whether a
+    launch may run Triton's compilers (not under the CPU interpreter)."""
     basename, realpath, join = os.path.basename, os.path.realpath, os.path.join
     refused, process_events, tools = _AUDIT_REFUSED, _PROCESS_EVENTS, _COMPILER_TOOLS
     home = realpath(home) + os.sep
@@ -479,10 +494,10 @@ def add_audit_hook(
             if name in _FUNCTION_INTERNALS or name in protected.get(id(target), ()):
                 refuse(TAMPER, f"replaced {getattr(target, '__name__', '?')}.{name}")
         elif event in process_events:
-            if state.in_launch and basename(_program(event, args)).startswith(tools):
+            if compiles and state.in_launch and _is_compiler_call(event, args, tools):
                 return  # Triton's compiler, inside a launch
             refuse(TAMPER, f"{event}: the candidate starts another program")
-        elif event == "open" and not state.in_launch and isinstance(args[0], str | bytes):
+        elif event == "open" and isinstance(args[0], str | bytes):
             path = realpath(os.fsdecode(args[0]))
             if path.startswith(home) and not path.startswith(own):
                 refuse(FORBIDDEN, "opened a file of the grader's in its job directory")
@@ -503,6 +518,20 @@ def add_audit_hook(
             refuse(TAMPER, f"{event}: the candidate reads the call stack's frames")
 
     sys.addaudithook(hook)
+
+
+def _is_compiler_call(event: str, args: tuple[Any, ...], tools: tuple[str, ...]) -> bool:
+    """Whether a process event starts one of Triton's compilers straight from an argument
+    list (never through a shell), a C compiler only with the arguments Triton's launcher
+    build gives it."""
+    if event not in _ARGV_EVENTS or len(args) < 2 or not isinstance(args[1], list | tuple):
+        return False
+    name = os.path.basename(_program(event, args))
+    if not name.startswith(tools):
+        return False
+    if not name.startswith(_C_COMPILERS):
+        return True
+    return all(isinstance(arg, str) and _C_COMPILER_ARG.match(arg) for arg in args[1][1:])
 
 
 def _program(event: str, args: tuple[Any, ...]) -> str:

@@ -25,9 +25,9 @@ def _is_triton_decorator(node: ast.expr) -> bool:
     return isinstance(target, ast.Name) and target.id in ("jit", "triton_jit")
 
 
-def gate_message(tree: ast.Module) -> str | None:
-    """Why the gate refuses a parsed candidate (its first violations), or None."""
-    found = violations(tree)
+def gate_message(source: str, tree: ast.Module) -> str | None:
+    """Why the gate refuses a candidate (`source`, parsed as `tree`), or None."""
+    found = violations(source, tree)
     if not found:
         return None
     shown = "; ".join(str(v) for v in found[:MAX_VIOLATIONS_SHOWN])
@@ -74,7 +74,7 @@ def static_verdict(source: str, fmt: str, gate: bool = True) -> tuple[str, str] 
     if not gate:
         return None
     try:
-        message = gate_message(tree)
+        message = gate_message(source, tree)
     except RecursionError:
         message = "the static gate refuses: the source nests too deeply to check"
     if message is not None:

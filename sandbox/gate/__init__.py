@@ -1,7 +1,8 @@
 """The static gate: a candidate's source checked against an allowlist before any of it runs.
 
 `violations(source)` lists every construct outside the policy (`sandbox.gate.policy`),
-each naming its line; `sandbox.static_checks` turns the first ones into the
+each naming its line, and what the text hides from the parser (`source_text`: encoding
+declarations, `def` lines in strings that Triton would take for a kernel's start); `sandbox.static_checks` turns the first ones into the
 `disallowed_code` verdict. What it closes: other modules, dynamic attribute access and
 strings turned into names, dunders and private names, monkey-patching, import-time side
 effects, PyTorch compute called by name in host code, kernel bodies outside the Triton
@@ -18,11 +19,16 @@ import ast
 
 from sandbox.gate.context import Violation
 from sandbox.gate.module import check_module, kernel_names
+from sandbox.gate.source_text import text_violations
 
-__all__ = ["Violation", "check_module", "kernel_names", "violations"]
+__all__ = ["Violation", "check_module", "kernel_names", "text_violations", "violations"]
 
 
-def violations(source: str | ast.Module) -> list[Violation]:
-    """Every violation in `source` (a parsed module or text that parses), by line."""
-    tree = ast.parse(source) if isinstance(source, str) else source
-    return check_module(tree)
+def violations(source: str | ast.Module, tree: ast.Module | None = None) -> list[Violation]:
+    """Every violation in `source` (text that parses, with its `tree` if already parsed),
+    by line. A parsed module alone gets the AST rules only: the text rules need the text."""
+    if isinstance(source, ast.Module):
+        return check_module(source)
+    tree = ast.parse(source) if tree is None else tree
+    found = text_violations(source, tree) + check_module(tree)
+    return sorted(found, key=lambda v: v.line)

@@ -235,6 +235,12 @@ class ExpressionRules:
             elif call and ctx.kind == "module" and name == "print":
                 self.refuse(node, "calling 'print' is not allowed at module level")
             return
+        if kind == "unknown" and isinstance(node.ctx, ast.Load):
+            # A name bound nowhere in the file would come from globals someone else put in
+            # the module at run time (Triton's interpreter adds its own): never the
+            # candidate's code.
+            self.refuse(node, f"name '{name}' is not defined in the candidate")
+            return
         if ctx.kind == "kernel" and kind in ("function", "class"):
             self.refuse(node, f"host code '{name}' cannot be used in a @triton.jit kernel")
             return

@@ -151,3 +151,38 @@ def test_a_clean_call_after_them_reports_nothing(reports: dict[str, list[str] | 
 def test_a_reports_verdict(report: CallReport, verdict: str | None) -> None:
     failure = report.failure()
     assert (failure[0] if failure else None) == verdict
+
+
+GCC = "/usr/bin/gcc"
+TRITON_BUILD = [GCC, "/tmp/t/main.c", "-O3", "-shared", "-fPIC", "-Wno-psabi", "-o", "/tmp/t/m.so"]
+TRITON_BUILD += ["-lcuda", "-l:libcuda.so.1", "-L/usr/lib64", "-I/usr/include/python3.12"]
+
+
+@pytest.mark.parametrize(
+    ("event", "args", "allowed"),
+    [
+        ("subprocess.Popen", (GCC, TRITON_BUILD, None, None), True),
+        ("subprocess.Popen", ("/opt/x/ptxas", ["/opt/x/ptxas", "-v", "a.ptx"], None, None), True),
+        # a C compiler told to run another program, or to load one into itself
+        (
+            "subprocess.Popen",
+            (GCC, [GCC, "-wrapper", "/usr/bin/python3,-c,0", "a.c"], None, None),
+            False,
+        ),
+        ("subprocess.Popen", (GCC, [GCC, "-B/tmp/evil", "a.c"], None, None), False),
+        ("subprocess.Popen", (GCC, [GCC, "-fplugin=/tmp/p.so", "a.c"], None, None), False),
+        ("subprocess.Popen", (GCC, [GCC, "@/tmp/options"], None, None), False),
+        # a shell, whatever its command line starts with
+        ("os.system", ("ptxas; python3 -c 0",), False),
+        ("subprocess.Popen", ("/bin/sh", ["/bin/sh", "-c", "gcc a.c"], None, None), False),
+        ("subprocess.Popen", ("/usr/bin/python3", ["/usr/bin/python3"], None, None), False),
+    ],
+)
+def test_only_tritons_own_compiler_calls_pass_inside_a_launch(
+    event: str, args: tuple, allowed: bool
+) -> None:
+    """The one exemption for starting programs (inside a launch, on a GPU) admits Triton's
+    compilers with Triton's arguments, never a way to run something else."""
+    from sandbox.guard_hatches import _COMPILER_TOOLS, _is_compiler_call
+
+    assert _is_compiler_call(event, args, _COMPILER_TOOLS) is allowed

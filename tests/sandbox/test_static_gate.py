@@ -477,3 +477,70 @@ def test_the_relu_template_itself_passes() -> None:
 def test_names_follow_pythons_scopes(body: str, refused: bool) -> None:
     source = functional(LAUNCH + body)
     assert bool(violations(source)) == refused, violations(source)
+
+
+# -- what the text hides from the parser ------------------------------------------------------
+
+HIDDEN_DEF_BODY = (
+    "def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n"
+    "    np.copyto(np.asarray(out_ptr), np.maximum(np.asarray(x_ptr), 0))\n"
+)
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["docstring", "string constant", "decorator argument", "tab after def", "carriage returns"],
+)
+def test_a_def_line_hidden_in_a_string_is_refused(where: str) -> None:
+    """Triton finds a kernel by its `def` lines as text (the compiler the first, the CPU
+    interpreter the last), so a `def` hidden in a string would run unchecked code."""
+    hidden = HIDDEN_DEF_BODY
+    if where == "tab after def":
+        hidden = hidden.replace("def ", "def\t", 1)
+    kernel = KERNEL
+    if where == "docstring":
+        kernel = kernel.replace(
+            "BLOCK: tl.constexpr):\n", f'BLOCK: tl.constexpr):\n    """\n{hidden}    """\n', 1
+        )
+    elif where == "decorator argument":
+        kernel = kernel.replace(
+            "@triton.jit\n", f'@triton.jit(do_not_specialize=["""\n{hidden}"""])\n', 1
+        )
+    else:
+        kernel = kernel.replace(
+            "BLOCK: tl.constexpr):\n", f'BLOCK: tl.constexpr):\n    note = """\n{hidden}"""\n', 1
+        )
+    source = (
+        kernel
+        + "\n\ndef triton_fused_operator(x):\n"
+        + textwrap.indent(LAUNCH + "return [out]", "    ")
+    )
+    if where == "carriage returns":
+        source = source.replace("\n", "\r")
+    verdict = static_verdict(source, "functional")
+    assert verdict is not None and verdict[0] == "disallowed_code", verdict
+    assert "a line starting with 'def'" in verdict[1], verdict
+
+
+@pytest.mark.parametrize(
+    "line", ["    default = 1", "    define = 2", "    deferred = 3", "    # def not code"]
+)
+def test_lines_that_only_look_like_def_pass(line: str) -> None:
+    source = functional(line.strip() + "\n" + LAUNCH + "return [out]")
+    assert violations(source) == []
+
+
+@pytest.mark.parametrize("codec", ["utf-7", "latin-1", "cp1252"])
+def test_an_encoding_declaration_other_than_utf8_is_refused(codec: str) -> None:
+    """Import decodes the file by its declaration; the gate read other text."""
+    source = f"# -*- coding: {codec} -*-\n" + functional(LAUNCH + "return [out]")
+    verdict = static_verdict(source, "functional")
+    assert verdict is not None and "encoding declaration" in verdict[1], verdict
+    assert violations("# coding: utf-8\n" + functional(LAUNCH + "return [out]")) == []
+
+
+def test_a_name_bound_nowhere_is_refused() -> None:
+    """Names the interpreter adds to the module's globals (np, inspect) are not the
+    candidate's to use."""
+    found = violations(functional("y = np\n" + LAUNCH + "return [out]"))
+    assert any("name 'np' is not defined" in v.message for v in found), found
