@@ -4,7 +4,8 @@ CPU: the program generator's cost per program (`bench.synth_bench`) and a candid
 first Triton compile in a fork of a cold or warmed zygote (`bench.zygote_compile`).
 GPU host: `bench.sandbox_throughput` (verifications per second, timing fidelity, against
 a plain harness), `bench.context_contention` (what other processes on the GPU cost a
-timed loop), `bench.teacher_bench` (the teacher's pass rate and speedups by operator
+timed loop), `bench.shared_gpu_spread` (a fixed kernel's speedup beside a training load,
+with and without the learner's GPU gate), `bench.teacher_bench` (the teacher's pass rate and speedups by operator
 family) and `bench.learner_bench` (decode and SFT step of the policy model).
 """
 
@@ -15,6 +16,7 @@ import sys
 GPU_COMMANDS = (
     "python -m bench.sandbox_throughput --device cuda --out runs/sandbox_throughput.md",
     "python -m bench.context_contention",
+    "python -m bench.shared_gpu_spread --repeats 6",
     "python -m bench.teacher_bench --max-seconds 420 --out runs/teacher_bench.md",
     "python -m bench.learner_bench --models 0.5b --out runs/learner_0p5b.json",
     "python -m bench.learner_bench --models 1.5b --out runs/learner_1p5b.json",
