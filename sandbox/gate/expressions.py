@@ -335,6 +335,11 @@ class ExpressionRules:
             if base.id.startswith("__"):
                 self.name(base, call=False)
                 return
+            if kind == "class":
+                # `ModelNew.method(self, ...)` would reach a set-up method from forward
+                # past the gate's call graph: methods are called through self only.
+                self.refuse(node, f"attributes of the class '{base.id}' are not allowed")
+                return
             if kind == "alias" and path is not None:
                 if base.id not in self.info.refused_aliases:
                     self.path(node, path.split("."), call)

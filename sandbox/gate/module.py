@@ -235,6 +235,36 @@ def _bound_twice(tree: ast.Module) -> list[Violation]:
     ]
 
 
+def _shadowed_builtins(tree: ast.Module) -> list[Violation]:
+    """Module-level and ModelNew class-body bindings of builtin names.
+
+    There a binding may hold the builtin itself (`exec = exec`), or nothing at all (a bare
+    annotation `exec: int` binds no value, so the name still finds the builtin), while the
+    gate would judge the name as the candidate's constant. In a function a builtin's name
+    is a local, whose value the gate judges where it is assigned.
+    """
+    statements: list[ast.stmt] = list(tree.body)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            statements += node.body
+    found = []
+    for node in statements:
+        names: list[str] = []
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [name for name, _ in _import_bindings(node)]
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+            names = [node.name]
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        found += [
+            Violation(node.lineno, f"'{name}' is a builtin's name: it may not be bound here")
+            for name in names
+            if name in P.BUILTIN_NAMES
+        ]
+    return found
+
+
 class ModuleRules(Rules):
     """Module-level statements, decorators and ModelNew's structure."""
 
@@ -430,7 +460,7 @@ def check_module(tree: ast.Module) -> list[Violation]:
     rules = ModuleRules(ModuleInfo())
     collect(tree, rules)
     rules.module(tree)
-    return sorted(set(rules.violations))
+    return sorted(set(rules.violations) | set(_shadowed_builtins(tree)))
 
 
 def kernel_names(tree: ast.Module) -> set[str]:

@@ -26,8 +26,13 @@ from sandbox.gate.context import Violation
 # PEP 263: a comment on line 1 or 2 matching this declares the file's encoding.
 _CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 _UTF8 = {"utf-8", "utf8", "utf_8", "utf-8-sig", "utf_8_sig", "u8", "utf"}
-# What Triton's readers take for a definition line: `def` then anything but a name char.
+# What Triton's readers may take for a definition line: `def` then anything but a name char.
 _DEF_LINE = re.compile(r"def(?![\w])")
+# How a kernel's own `def` line must read, stripped, so that every reader finds it: the
+# interpreter looks for "def " (one space), the compiler for `def\s+name\s*(`.
+_PLAIN_DEF = re.compile(r"def [A-Za-z_]\w*\s*\(")
+# Characters that some readers take for line breaks or strip as whitespace and others not.
+_AMBIGUOUS = re.compile("[\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")
 
 
 def source_lines(source: str) -> list[str]:
@@ -49,7 +54,13 @@ def text_violations(source: str, tree: ast.Module) -> list[Violation]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     }
     for number, line in enumerate(lines, start=1):
-        if number not in real and _DEF_LINE.match(line.strip()):
+        if _AMBIGUOUS.search(line):
+            found.append(
+                Violation(number, "a form feed, vertical tab or other line-separator character")
+            )
+        if number in real and not _PLAIN_DEF.match(line.strip()):
+            found.append(Violation(number, "a function's line must read 'def name(' (one space)"))
+        elif number not in real and _DEF_LINE.match(line.strip()):
             found.append(
                 Violation(
                     number,

@@ -544,3 +544,51 @@ def test_a_name_bound_nowhere_is_refused() -> None:
     candidate's to use."""
     found = violations(functional("y = np\n" + LAUNCH + "return [out]"))
     assert any("name 'np' is not defined" in v.message for v in found), found
+
+
+@pytest.mark.parametrize("spacing", ["def\t", "def  ", "def\x0c"])
+def test_a_kernel_def_line_every_reader_finds(spacing: str) -> None:
+    """The interpreter finds a kernel by a "def " line: with a tab (or a form feed) it
+    finds none and runs the source's last line instead."""
+    source = functional(LAUNCH + "return [out]").replace("def relu_kernel", spacing + "relu_kernel")
+    verdict = static_verdict(source, "functional")
+    assert verdict is not None and verdict[0] == "disallowed_code", verdict
+
+
+@pytest.mark.parametrize(
+    "prelude",
+    [
+        "exec = exec\n",
+        "exec: int\n",
+        "from math import floor as exec\n",
+        "def exec(x):\n    return x\n",
+    ],
+)
+def test_a_builtins_name_is_not_bound_at_module_level(prelude: str) -> None:
+    """`exec = exec` (or a bare annotation, which binds nothing) would look like the
+    candidate's constant to the gate and be the builtin at run time."""
+    source = functional("sorted(['0'], key=exec)\n" + LAUNCH + "return [out]", prelude=prelude)
+    found = violations(source)
+    assert any("'exec' is a builtin's name" in v.message for v in found), found
+
+
+def test_a_builtins_name_is_not_a_class_attribute() -> None:
+    source = model("", "sorted(['0'], key=self.exec)\n" + LAUNCH + "return out")
+    source = source.replace(
+        "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    exec = exec\n"
+    )
+    found = violations(source)
+    assert any("'exec' is a builtin's name" in v.message for v in found), found
+
+
+def test_methods_are_not_reached_through_the_class() -> None:
+    """A set-up method (PyTorch allowed, called from __init__) called from forward as
+    `ModelNew.m(self, x)` would slip past the gate's call graph."""
+    methods = "\ndef setup_weights(self, x):\n    return x @ x\n"
+    source = model(
+        "self.w = self.setup_weights(torch.ones(2, 2))",
+        "y = ModelNew.setup_weights(self, x)\n" + LAUNCH + "return out",
+        methods=methods,
+    )
+    found = violations(source)
+    assert any("attributes of the class 'ModelNew'" in v.message for v in found), found
