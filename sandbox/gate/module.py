@@ -13,7 +13,7 @@ from collections import Counter
 
 from sandbox.gate import policy as P
 from sandbox.gate.context import MODULE_LEVEL, Context, ModuleInfo, Violation, construct
-from sandbox.gate.scopes import Scope, function_scope, parameters
+from sandbox.gate.scopes import function_scope, parameters
 from sandbox.gate.statements import Rules
 
 _ANY_PATH = (
@@ -235,6 +235,26 @@ def _bound_twice(tree: ast.Module) -> list[Violation]:
     ]
 
 
+def _is_literal(node: ast.expr) -> bool:
+    """Numbers, strings, booleans, None and tuples/lists of them."""
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return not any(isinstance(n, ast.Dict | ast.Set) for n in ast.walk(node))
+
+
+def _bare_annotations(tree: ast.Module) -> list[Violation]:
+    """`name: type` with no value at module level binds nothing at run time, so the name
+    would find whatever else is there (a builtin, or a global Triton's interpreter adds),
+    while the gate would judge it the candidate's constant."""
+    return [
+        Violation(node.lineno, "an annotation without a value is not allowed at module level")
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign) and node.value is None
+    ]
+
+
 def _shadowed_builtins(tree: ast.Module) -> list[Violation]:
     """Module-level and ModelNew class-body bindings of builtin names.
 
@@ -396,7 +416,6 @@ class ModuleRules(Rules):
             self.refuse(
                 node, "ModelNew must derive from nn.Module alone (no other bases, no metaclass)"
             )
-        class_scope = Scope()
         for statement in node.body:
             if isinstance(statement, ast.FunctionDef):
                 self.method(statement)
@@ -415,11 +434,10 @@ class ModuleRules(Rules):
                             f"class attribute '{target.id}' would replace "
                             "nn.Module's own machinery",
                         )
-                    else:
-                        class_scope.names.add(target.id)
-                with self.entering(MODULE_LEVEL, class_scope):
-                    if statement.value is not None:
-                        self.expr(statement.value)
+                if statement.value is None or not _is_literal(statement.value):
+                    # Python's class-body scoping (a value sees the class's names, a lambda
+                    # or comprehension inside it does not) is not the gate's to model.
+                    self.refuse(statement, "ModelNew's class attributes must be literal constants")
             elif not (isinstance(statement, ast.Pass) or self.is_docstring(statement)):
                 self.refuse(
                     statement,
@@ -460,7 +478,8 @@ def check_module(tree: ast.Module) -> list[Violation]:
     rules = ModuleRules(ModuleInfo())
     collect(tree, rules)
     rules.module(tree)
-    return sorted(set(rules.violations) | set(_shadowed_builtins(tree)))
+    found = set(rules.violations) | set(_shadowed_builtins(tree)) | set(_bare_annotations(tree))
+    return sorted(found)
 
 
 def kernel_names(tree: ast.Module) -> set[str]:

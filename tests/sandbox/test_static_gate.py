@@ -592,3 +592,30 @@ def test_methods_are_not_reached_through_the_class() -> None:
     )
     found = violations(source)
     assert any("attributes of the class 'ModelNew'" in v.message for v in found), found
+
+
+def test_a_bare_annotation_at_module_level_is_refused() -> None:
+    """`np: int` binds nothing: the name would find a global Triton's interpreter adds."""
+    found = violations(functional(LAUNCH + "return [out]", prelude="np: int\n"))
+    assert any("annotation without a value" in v.message for v in found), found
+
+
+@pytest.mark.parametrize(
+    ("attribute", "refused"),
+    [
+        ("BLOCK = 1024", False),
+        ("SIZES = (128, 256)", False),
+        ("NAME: str = 'relu'", False),
+        ("torch = torch", True),  # a module as a value
+        ("keys = forward", True),  # a method under another name, past the call graph
+        ("pick = lambda self, x: x", True),
+        ("BLOCK: int", True),
+    ],
+)
+def test_modelnew_class_attributes_are_literal_constants(attribute: str, refused: bool) -> None:
+    source = model("", LAUNCH + "return out")
+    source = source.replace(
+        "class ModelNew(nn.Module):\n", f"class ModelNew(nn.Module):\n    {attribute}\n"
+    )
+    found = [v for v in violations(source) if "literal constants" in v.message]
+    assert bool(found) == refused, violations(source)
