@@ -358,7 +358,10 @@ class Grader:
         if job.format == "auto":
             from sandbox.problem import detect_format
 
-            job.format = detect_format(job.problem)
+            try:
+                job.format = detect_format(job.problem)
+            except ProblemError as err:
+                raise Rejected("bad_problem", str(err)) from None
         with stage(result, "static"):
             static = static_verdict(job.candidate, job.format, gate=self.config.static_gate)
         if static is not None:

@@ -34,8 +34,8 @@ def detect_format(source: str) -> str:
     """'functional' or 'kernelbench', from the names the source defines."""
     try:
         tree = ast.parse(source)
-    except SyntaxError as err:
-        raise ProblemError(f"problem does not parse: {err}") from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # NUL bytes, nesting
+        raise ProblemError(f"problem does not parse: {type(err).__name__}: {err}") from None
     names = {
         node.name
         for node in tree.body
@@ -208,9 +208,18 @@ def load_problem(source: str, fmt: str, device: str, workdir: str | None = None)
         spec.loader.exec_module(module)
     except Exception as err:  # noqa: BLE001 - any failure is the problem's
         raise ProblemError(f"problem failed at import: {type(err).__name__}: {err}") from None
+    needed = ("fused_operator", "get_inputs") if fmt == "functional" else ("Model", "get_inputs")
+    missing = [name for name in needed if not callable(getattr(module, name, None))]
+    if missing:
+        raise ProblemError(f"a {fmt} problem must define {' and '.join(missing)}")
     if fmt == "functional":
         return Problem(fmt, module, device, [], module.fused_operator)
-    init_inputs = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
-    torch.manual_seed(INIT_SEED)
-    model = module.Model(*init_inputs).to(device).eval()
+    try:
+        init_inputs = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
+        torch.manual_seed(INIT_SEED)
+        model = module.Model(*init_inputs).to(device).eval()
+    except torch.cuda.OutOfMemoryError:
+        raise  # the GPU's room, the sandbox's to manage
+    except Exception as err:  # noqa: BLE001 - any other failure is the problem's
+        raise ProblemError(f"the problem's Model failed: {type(err).__name__}: {err}") from None
     return Problem(fmt, module, device, init_inputs, model)

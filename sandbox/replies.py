@@ -92,7 +92,7 @@ def parse(raw: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MalformedReply(f"a {type(value).__name__}, not an object")
     _check_depth(value)
-    return value
+    return _valid_text(value)
 
 
 def check(command: Mapping[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
@@ -299,6 +299,29 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     value = dict(pairs)
     if len(value) != len(pairs):
         raise MalformedReply("a key given twice")
+    return value
+
+
+def valid_text(text: str) -> str:
+    """`text` without lone surrogates (JSON's `\\udc80` escapes make them), which no UTF-8
+    encoder takes: a message carrying one would fail the answer to the client, turning
+    the candidate's failure into the sandbox's."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def _valid_text(value: Any) -> Any:
+    """A parsed reply with every string (keys too) passed through `valid_text`; the
+    nesting is already bounded by `_check_depth`."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, list):
+        return [_valid_text(item) for item in value]
+    if isinstance(value, dict):
+        return {valid_text(key): _valid_text(item) for key, item in value.items()}
     return value
 
 

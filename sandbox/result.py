@@ -132,17 +132,20 @@ class VerifyResult:
             value = getattr(self, name)
             if value is not None:
                 setattr(timing, name, float(value))
+        trials = [
+            pb.TrialResult(**{k: _text(v) for k, v in asdict(t).items()}) for t in self.trials
+        ]
         return pb.VerifyResponse(
             request_id=self.request_id,
             verdict=pb.Verdict.Value(self.verdict.upper()),
-            message=self.message,
-            trials=[pb.TrialResult(**asdict(t)) for t in self.trials],
+            message=_text(self.message),
+            trials=trials,
             timing=timing,
             kernel_launches=self.kernel_launches,
             problem_degenerate=self.problem_degenerate,
             provenance=pb.Provenance(**self.provenance),
             elapsed_s=self.elapsed_s,
-            candidate_log=self.candidate_log,
+            candidate_log=_text(self.candidate_log),
             stage_seconds=self.stage_seconds,
             gpu_memory_gib=self.gpu_memory_gib,
         )
@@ -189,3 +192,11 @@ class VerifyResult:
             stage_seconds=dict(response.stage_seconds),
             gpu_memory_gib=dict(response.gpu_memory_gib),
         )
+
+
+def _text(value: Any) -> Any:
+    """Strings as UTF-8 can carry them (a lone surrogate from a candidate's message would
+    fail the whole answer); other values as they are."""
+    if not isinstance(value, str):
+        return value
+    return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")

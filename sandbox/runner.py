@@ -46,6 +46,10 @@ _FORMATS = {
 _BASELINES = {pb.EAGER: "eager", pb.TORCH_COMPILE: "torch_compile"}
 # Extra seconds a grader may take beyond a job's budget (reference, bookkeeping).
 GRADER_GRACE_S = 60.0
+# `Connection.poll` takes at most 2**31 ms; no job waits anywhere near that.
+MAX_REPLY_WAIT_S = 24 * 3600.0
+# Trial and timing inputs are drawn from seed + small offsets; torch seeds are 64-bit.
+MAX_SEED = 2**48
 WORKER_START_S = 600.0
 
 
@@ -72,7 +76,10 @@ def job_from_request(
                 raise InvalidRequestError(f"{name} must be a finite number >= 0")
     if options.time_budget_s < 0 or not math.isfinite(options.time_budget_s):
         raise InvalidRequestError("time_budget_s must be >= 0")
-    budget = options.time_budget_s or config.job_timeout_s
+    if options.HasField("seed") and options.seed >= MAX_SEED:
+        raise InvalidRequestError(f"seed must be below 2**{MAX_SEED.bit_length() - 1}")
+    # The server's job timeout is the default and the most a request may ask for.
+    budget = min(options.time_budget_s or config.job_timeout_s, config.job_timeout_s)
     if timeout_s is not None:
         budget = min(budget, max(0.5, timeout_s - 0.5))
     baselines = tuple(_BASELINES[b] for b in options.baselines if b in _BASELINES) or (
@@ -132,6 +139,7 @@ class _Worker:
         self.process = subprocess.Popen(command, pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env)
         child.close()
         self.ready: dict[str, Any] = {}
+        self._seq = 0  # jobs sent; each reply must echo its job's number
 
     def wait_ready(self) -> dict[str, Any]:
         if not self.conn.poll(WORKER_START_S):
@@ -145,10 +153,18 @@ class _Worker:
         return self.ready
 
     def grade(self, job: dict[str, Any]) -> dict[str, Any]:
-        self.conn.send(job)
-        if not self.conn.poll(job["budget_s"] + GRADER_GRACE_S):
+        """Send one job and wait for its reply. Anything unexpected (a silent worker, a
+        reply out of step with the job) is the worker's loss: it is then replaced, never
+        given another job while it might still answer an earlier one."""
+        self._seq += 1
+        self.conn.send({**job, "seq": self._seq})
+        wait_s = min(job["budget_s"] + GRADER_GRACE_S, MAX_REPLY_WAIT_S)
+        if not self.conn.poll(wait_s):
             raise SandboxInfrastructureError("grader worker stopped answering")
-        return self.conn.recv()
+        reply = self.conn.recv()
+        if not isinstance(reply, dict) or reply.get("seq") != self._seq:
+            raise SandboxInfrastructureError("grader worker answered out of step")
+        return reply
 
     def kill(self) -> None:
         import psutil
@@ -424,7 +440,7 @@ class JobRunner:
             return await asyncio.get_running_loop().run_in_executor(
                 self._threads, worker.grade, job
             )
-        except (SandboxInfrastructureError, EOFError, OSError) as err:
+        except Exception as err:  # any failure after the send leaves the worker out of step
             worker = await self._replace(worker)
             return VerifyResult(
                 verdict="sandbox_error", request_id=job["request_id"], message=f"grader lost: {err}"

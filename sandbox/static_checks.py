@@ -41,7 +41,11 @@ def static_verdict(source: str, fmt: str, gate: bool = True) -> tuple[str, str] 
     `gate=False` skips the allowlist gate (the other checks stay): only for tests of the
     defences behind it, never for serving.
     """
-    if len(source.encode()) > MAX_SOURCE_BYTES:
+    try:
+        size = len(source.encode())
+    except UnicodeEncodeError:  # lone surrogates: no file or request can carry this text
+        return "syntax_error", "the source is not valid Unicode text (a lone surrogate)"
+    if size > MAX_SOURCE_BYTES:
         return "resource_limit", f"candidate source is larger than {MAX_SOURCE_BYTES} bytes"
     try:
         tree = ast.parse(source)

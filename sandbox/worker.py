@@ -133,6 +133,7 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
                 break
             if message is None:
                 break
+            seq = message.pop("seq", None)  # echoed: the runner checks replies stay in step
             job = Job(**message)
             result = grader.grade(job)
             jobs += 1
@@ -140,7 +141,7 @@ def worker_main(conn: Connection, config: SandboxConfig, device: str, probe: boo
                 result.verdict in _SUSPECT_VERDICTS or jobs % SELF_TEST_EVERY == 0
             ):
                 health = held_self_test(grader.gate, device)
-            conn.send({"result": dataclasses.asdict(result), "health": health})
+            conn.send({"result": dataclasses.asdict(result), "health": health, "seq": seq})
             grader.prestart()
     finally:
         grader.close()

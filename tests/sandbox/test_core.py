@@ -395,3 +395,59 @@ def test_a_stray_zero_in_a_broadcast_divisor_is_one_row_of_infinities() -> None:
     # Not for a scalar input: a zero there would be an all-Inf answer.
     with pytest.raises(Rejected):
         check_reference([numerator / 0.0], [numerator, torch.zeros(())])
+
+
+def test_a_request_asks_at_most_the_servers_job_timeout() -> None:
+    """A huge budget would overflow the wait for the worker's reply (and no request should
+    hold a worker longer than the server allows)."""
+    request = build_request("p", "c", time_budget_s=3e6)
+    assert job_from_request(request, SandboxConfig(job_timeout_s=30), None)["budget_s"] == 30
+
+
+def test_a_seed_near_the_top_of_the_range_is_refused() -> None:
+    request = build_request("p", "c")
+    request.options.seed = 2**64 - 1
+    with pytest.raises(InvalidRequestError, match="seed"):
+        job_from_request(request, SandboxConfig(), None)
+
+
+class _ScriptedConn:
+    """A worker's end of the pipe that answers with a canned reply."""
+
+    def __init__(self, reply: object) -> None:
+        self.reply, self.sent = reply, []
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+
+    def poll(self, timeout: float) -> bool:
+        assert timeout < 2**31 / 1000, "poll takes at most 2**31 ms"
+        return True
+
+    def recv(self) -> object:
+        return self.reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "in_step"),
+    [
+        ({"result": {}, "seq": 1}, True),
+        ({"result": {}, "seq": 0}, False),  # an earlier job's answer
+        ({"result": {}}, False),
+        (["not", "a", "dict"], False),
+    ],
+)
+def test_a_worker_reply_out_of_step_is_the_workers_loss(reply: object, in_step: bool) -> None:
+    """Each reply echoes its job's number: a worker that answers an earlier job is
+    replaced, so no request gets another's verdict."""
+    from sandbox.errors import SandboxInfrastructureError
+    from sandbox.runner import _Worker
+
+    worker = object.__new__(_Worker)
+    worker.conn, worker._seq = _ScriptedConn(reply), 0
+    job = {"budget_s": 1e9, "request_id": "r"}
+    if in_step:
+        assert worker.grade(job) == reply
+    else:
+        with pytest.raises(SandboxInfrastructureError, match="out of step"):
+            worker.grade(job)

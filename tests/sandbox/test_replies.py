@@ -171,3 +171,13 @@ def test_a_loop_mark_is_exactly_one_integer_field() -> None:
     for forged in ({"loop_done": 3, "seq": 3}, {"loop_done": "3"}, {"loop_done": True}):
         with pytest.raises(replies.MalformedReply):
             replies.is_loop_mark(forged)
+
+
+def test_lone_surrogates_in_a_reply_become_replacement_characters() -> None:
+    """JSON can escape a lone surrogate that no UTF-8 encoder takes; left in a message it
+    would fail the answer to the client."""
+    raw = b'{"error": "boom \\udc80", "error_type": "RuntimeError", "\\ud800k": 1}'
+    reply = replies.parse(raw)
+    for text in [*reply, *(v for v in reply.values() if isinstance(v, str))]:
+        text.encode("utf-8")  # raises if a surrogate is left
+    assert reply["error"].startswith("boom ")

@@ -391,3 +391,18 @@ def test_abandoned_job_keeps_running_until_the_runner_answers(scripted: InProces
         scripted.stub.Verify(fake("sleep:1.5"), timeout=0.5)
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert seen.result(timeout=10) is True, "the runner's job was cancelled"
+
+
+def test_a_candidates_unencodable_message_is_still_its_own_verdict(
+    stub: sandbox_pb2_grpc.SandboxStub,
+) -> None:
+    """A lone surrogate in the candidate's error (JSON's `\\udc80` escape) must not fail the
+    answer: an INTERNAL or sandbox_error would be masked by learners, so a policy could
+    learn to dodge its negative rewards that way."""
+    failing = GOOD_RELU.replace(
+        "    return", "    assert tensor_0.numel() < 0, '\\udc80 lone'\n    return", 1
+    )
+    assert "\\udc80" in failing
+    reply = stub.Verify(request(failing, "surrogate"), timeout=120)
+    assert reply.verdict == pb.RUNTIME_ERROR, reply
+    assert "\ufffd" in reply.message or "lone" in reply.message
