@@ -50,6 +50,8 @@ GRADER_GRACE_S = 60.0
 MAX_REPLY_WAIT_S = 24 * 3600.0
 # Trial and timing inputs are drawn from seed + small offsets; torch seeds are 64-bit.
 MAX_SEED = 2**48
+# A request id is echoed and written to the audit log: an identifier, not a payload.
+MAX_REQUEST_ID_CHARS = 256
 WORKER_START_S = 600.0
 
 
@@ -63,6 +65,8 @@ def job_from_request(
         raise InvalidRequestError("candidate source is empty")
     if len(request.problem.encode()) > MAX_SOURCE_BYTES:
         raise InvalidRequestError(f"problem source is larger than {MAX_SOURCE_BYTES} bytes")
+    if len(request.request_id) > MAX_REQUEST_ID_CHARS:
+        raise InvalidRequestError(f"request_id is longer than {MAX_REQUEST_ID_CHARS} characters")
     if request.format not in _FORMATS:
         raise InvalidRequestError(f"unknown problem format {request.format}")
     options = request.options

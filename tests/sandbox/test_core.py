@@ -133,6 +133,7 @@ def test_detect_format() -> None:
         ({"trials": 1000}, "trials"),
         ({"atol": -1.0}, "atol"),
         ({"rtol": float("nan")}, "rtol"),
+        ({"request_id": "r" * 10_000}, "request_id"),
     ],
 )
 def test_malformed_requests_are_rejected(kwargs: dict, fragment: str) -> None:
