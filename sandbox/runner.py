@@ -33,6 +33,7 @@ from sandbox.errors import (
     WeakIsolationError,
 )
 from sandbox.jail import quota
+from sandbox.jail.sweep import sweep
 from sandbox.problem import source_key
 from sandbox.process import REPO_ROOT, build_triton_seed, triton_seed_dir
 from sandbox.result import TrialOutcome, VerifyResult
@@ -229,6 +230,8 @@ class JobRunner:
         self._idle = asyncio.Queue()
         self._idle_event = asyncio.Event()
         self._idle_event.set()
+        # Job roots, tmpfs mounts and cgroups of sandboxes killed without cleaning up.
+        await loop.run_in_executor(self._threads, sweep, os.path.dirname(self.job_root))
         groups = self._gpu_groups()
         self.gpu_shares = [(gpu, config.workers) for gpu, config in groups if gpu is not None]
         first_root = groups[0][1].job_root
