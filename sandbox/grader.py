@@ -364,6 +364,9 @@ class Grader:
                 raise Rejected("bad_problem", str(err)) from None
         with stage(result, "static"):
             static = static_verdict(job.candidate, job.format, gate=self.config.static_gate)
+        if static is None and time.monotonic() > deadline:
+            # The gate's cost grows with the source: a huge one must not buy time.
+            raise Rejected("timeout", "the job's time budget ran out in the static checks")
         if static is not None:
             if self._owns_baselines(job):
                 # The rest of the group waits for this job's baselines, measured in a
