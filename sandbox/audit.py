@@ -59,6 +59,36 @@ def audit_entry(
     }
 
 
+class DenialThrottle:
+    """At most one audit line per source of refused calls every `interval_s`.
+
+    Calls refused for want of a token cost the caller nothing, so logging each one would
+    let anyone who can reach the port fill the disk. The first refusal from a source in a
+    window is written; the rest are counted and the count rides on the next line written
+    for that source (`suppressed`).
+    """
+
+    def __init__(self, interval_s: float = 10.0, max_sources: int = 10_000) -> None:
+        self.interval_s, self.max_sources = interval_s, max_sources
+        self._sources: dict[str, tuple[float, int]] = {}  # source -> (window start, hidden)
+
+    def admit(self, source: str, now: float) -> int | None:
+        """The number of refusals hidden since this source's last line, when a line is due
+        now; None when this refusal is only counted."""
+        start, hidden = self._sources.get(source, (float("-inf"), 0))
+        if now - start < self.interval_s:
+            self._sources[source] = (start, hidden + 1)
+            return None
+        if source not in self._sources and len(self._sources) >= self.max_sources:
+            self._sources = {
+                key: value
+                for key, value in self._sources.items()
+                if now - value[0] < self.interval_s
+            }
+        self._sources[source] = (now, 0)
+        return hidden
+
+
 class AuditLog:
     """An append-only JSONL file (created with mode 0600 if absent)."""
 

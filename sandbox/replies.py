@@ -181,8 +181,11 @@ def _seq(value: Any, key: str) -> None:
         raise MalformedReply(f"{key} is a {type(value).__name__}")
 
 
+MAX_COUNT = 2**31 - 1  # counts travel as 32-bit fields of the answer
+
+
 def _count(value: Any, key: str) -> None:
-    if type(value) is not int or value < 0:
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
         raise MalformedReply(f"{key} is {_shown(value)}, not a count")
 
 

@@ -37,7 +37,7 @@ from grpc_reflection.v1alpha import reflection
 
 from protos.drtriton.sandbox.v1 import sandbox_pb2 as pb
 from protos.drtriton.sandbox.v1 import sandbox_pb2_grpc
-from sandbox.audit import AuditLog, audit_entry
+from sandbox.audit import AuditLog, DenialThrottle, audit_entry
 from sandbox.auth import (
     SecurityConfigError,
     ServerSecurity,
@@ -59,10 +59,12 @@ from sandbox.result import VerifyResult
 log = logging.getLogger("drtriton.sandbox.server")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sandbox"].full_name
-# Sources of a few MB (large KernelBench files, long generations) must fit with room to spare.
+# Answers carry a bounded candidate log and trial messages; requests are bounded tighter
+# (`request_limit`), so a caller without a token cannot make the server read 64 MiB.
 MAX_MESSAGE_BYTES = 64 * 2**20
+# Calls at once (health watchers of callers without a token count too).
+MAX_CONCURRENT_RPCS = 4096
 SERVER_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     # Clients keep idle connections alive with pings (fleet clients sit idle between steps).
     ("grpc.keepalive_permit_without_calls", 1),
@@ -105,6 +107,12 @@ class Runner(Protocol):
     def abort(self) -> None: ...
 
 
+def request_limit(max_source_bytes: int) -> int:
+    """The largest request message gRPC reads: the sources' limit plus room for the rest
+    (MAX_MESSAGE_BYTES when sources are not limited)."""
+    return max_source_bytes + 2**20 if max_source_bytes > 0 else MAX_MESSAGE_BYTES
+
+
 class DeadlineCutError(Exception):
     """The client's deadline, not the kernel, ended the job."""
 
@@ -126,8 +134,9 @@ class HealthService(health_pb2_grpc.HealthServicer):
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> health_pb2.HealthCheckResponse:
         status = self._status.get(request.service)
-        if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        if status is None:  # the name is a caller's text: never echoed back whole
+            shown = request.service[:100].encode("ascii", "replace").decode()
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {shown!r}")
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(  # noqa: N802 - gRPC method name
@@ -190,6 +199,7 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
         self._limiter = InFlightLimiter(config.max_in_flight_per_client)
         self._max_source_bytes = config.max_source_bytes
         self._audit = audit
+        self._denials = DenialThrottle()
         self.draining = False
 
     def _record(
@@ -220,17 +230,24 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
         )
 
     def record_denied(self, method: str, context: grpc.aio.ServicerContext) -> None:
-        """Audit a call refused for want of an accepted token."""
+        """Audit a call refused for want of an accepted token: throttled per source, so
+        callers without a token cannot fill the disk (`audit.DenialThrottle`)."""
+        if self._audit is None:
+            return
         client = client_identity(context, None)
-        self._record(
-            method.rsplit("/", 1)[-1],
-            client,
-            context,
-            None,
-            "UNAUTHENTICATED",
-            None,
-            time.monotonic(),
+        hidden = self._denials.admit(client, time.monotonic())
+        if hidden is None:
+            return
+        entry = audit_entry(
+            method=method.rsplit("/", 1)[-1],
+            client=client,
+            peer=context.peer() or "",
+            status="UNAUTHENTICATED",
+            seconds=0.0,
         )
+        if hidden:
+            entry["refused_not_logged"] = hidden  # since this source's previous line
+        self._audit.write(entry)
 
     async def _run(
         self, request: pb.VerifyRequest, timeout_s: float | None, client: str
@@ -428,6 +445,7 @@ class SandboxServer:
         self.port = 0
         self.security = security or ServerSecurity()
         self.audit = AuditLog(config.audit_log) if config.audit_log else None
+        self.max_request_bytes = request_limit(config.max_source_bytes)
         self.service = SandboxService(
             runner, config=config, security=self.security, audit=self.audit
         )
@@ -459,7 +477,11 @@ class SandboxServer:
             interceptors.append(
                 TokenInterceptor(self.security.tokens, on_denied=self.service.record_denied)
             )
-        server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
+        server = grpc.aio.server(
+            options=[*SERVER_OPTIONS, ("grpc.max_receive_message_length", self.max_request_bytes)],
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+        )
         sandbox_pb2_grpc.add_SandboxServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(

@@ -406,3 +406,12 @@ def test_a_candidates_unencodable_message_is_still_its_own_verdict(
     reply = stub.Verify(request(failing, "surrogate"), timeout=120)
     assert reply.verdict == pb.RUNTIME_ERROR, reply
     assert "\ufffd" in reply.message or "lone" in reply.message
+
+
+def test_an_unknown_health_service_is_not_echoed_back_whole(channel: grpc.Channel) -> None:
+    """Health needs no token: its answer must not grow with what a caller sends."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Check(health_pb2.HealthCheckRequest(service="\x00" * 100_000), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert len(refused.value.details()) < 200
