@@ -414,4 +414,4 @@ def test_an_unknown_health_service_is_not_echoed_back_whole(channel: grpc.Channe
     with pytest.raises(grpc.RpcError) as refused:
         stub.Check(health_pb2.HealthCheckRequest(service="\x00" * 100_000), timeout=10)
     assert refused.value.code() == grpc.StatusCode.NOT_FOUND
-    assert len(refused.value.details()) < 200
+    assert len(refused.value.details()) < 1000  # not the 100,000 characters sent
