@@ -26,6 +26,7 @@ import hashlib
 import logging
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -82,15 +83,20 @@ def parses(code: str | None) -> bool:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
             ast.parse(code)
-    except (SyntaxError, ValueError):  # ValueError: null bytes in the source
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # NUL bytes; deep nesting
         return False
     return True
+
+
+# Servers take seeds below 2**48 (inputs come from seed + small offsets; torch seeds are
+# 64-bit): `sandbox.runner.MAX_SEED`, which this module cannot import (it brings torch).
+SEED_BITS = 48
 
 
 def problem_seed(run_seed: int, program_id: str) -> int:
     """The input seed of one problem in one run: fixed, so verdicts repeat exactly."""
     digest = hashlib.sha256(f"{run_seed}:{program_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
+    return int.from_bytes(digest[: SEED_BITS // 8], "little")
 
 
 def _record(verdict: str, speedup: float | None, source: str) -> dict[str, Any]:
@@ -176,17 +182,63 @@ class RewardClient:
         return [r for r in records if r is not None], stats
 
     def _send(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Verdict records for `items`. A job whose call deadline ran out while it waited
+        behind others (a queue of slow candidates) is sent once more with a fresh deadline:
+        masked, its reward would be lost, and a candidate that spins would be masked rather
+        than judged `timeout`."""
+        results = self._verify(items)
+        late = [i for i, result in enumerate(results) if _cut_by_deadline(result)]
+        if late and results:
+            again = self._verify([items[i] for i in late])
+            for index, result in zip(late, again, strict=True):
+                results[index] = result
+        failures = Counter(
+            _reason(result) for result in results if _verdict(result) == "sandbox_error"
+        )
+        if failures:
+            log.warning(
+                "%d of %d candidates could not be judged: %s",
+                sum(failures.values()),
+                len(items),
+                "; ".join(f"{n}x {why}" for why, n in failures.most_common(3)),
+            )
+        return [
+            _record("sandbox_error", None, "sandbox") if result is None else result_record(result)
+            for result in results
+        ]
+
+    def _verify(self, items: list[dict[str, Any]]) -> list[Any]:
+        """The client's results for `items`, None for each when the call as a whole failed."""
         if not items:
             return []
         try:
             results = self.client.verify_many(items, concurrency=self.concurrency)
         except Exception as err:  # noqa: BLE001 - any failure of the fleet is masked, not fatal
             log.warning("sandbox call failed for %d candidates: %s", len(items), err)
-            return [_record("sandbox_error", None, "sandbox") for _ in items]
+            return [None] * len(items)
         if len(results) != len(items):
             log.warning("sandbox answered %d of %d candidates", len(results), len(items))
-            return [_record("sandbox_error", None, "sandbox") for _ in items]
-        return [result_record(result) for result in results]
+            return [None] * len(items)
+        return list(results)
+
+
+def _verdict(result: Any) -> str:
+    return "sandbox_error" if result is None else result.verdict
+
+
+def _reason(result: Any) -> str:
+    if result is None:
+        return "the call failed"
+    return (getattr(result, "message", "") or "no message")[:120]
+
+
+def _cut_by_deadline(result: Any) -> bool:
+    """A job the call's deadline ended (it waited too long in the queue), not its own budget."""
+    return (
+        result is not None
+        and result.verdict == "sandbox_error"
+        and "DEADLINE_EXCEEDED" in (getattr(result, "message", "") or "")
+    )
 
 
 def check_reachable(client: Any, targets: Sequence[str], timeout_s: float = 10.0) -> None:

@@ -9,8 +9,6 @@ coalesced and masked accesses, code only between the tags), worded independently
 
 from __future__ import annotations
 
-import re
-
 OPEN_TAG = "<triton_code>"
 CLOSE_TAG = "</triton_code>"
 
@@ -77,7 +75,23 @@ def build_completion(code: str) -> str:
     return f"{OPEN_TAG}\n{code.strip()}\n{CLOSE_TAG}"
 
 
-_FENCE = re.compile(r"^\s*```[a-zA-Z0-9_+-]*\s*\n(.*?)\n?\s*```\s*$", re.DOTALL)
+def _unfenced(body: str) -> str:
+    """`body` without a markdown fence around it (an opening line of backticks and a
+    language name, a closing line of backticks). String operations, not a regular
+    expression: a model's run of blank lines must cost linear time."""
+    text = body.strip()
+    if not text.startswith("```"):
+        return body
+    first_newline = text.find("\n")
+    if first_newline < 0:
+        return body
+    if not all(c.isalnum() or c in "_+-" for c in text[3:first_newline].strip()):
+        return body
+    inner = text[first_newline + 1 :]
+    stripped = inner.rstrip()
+    if not stripped.endswith("```"):
+        return body
+    return stripped[:-3]
 
 
 def extract_code(completion: str) -> str | None:
@@ -93,8 +107,5 @@ def extract_code(completion: str) -> str | None:
     end = body.find(CLOSE_TAG)
     if end >= 0:
         body = body[:end]
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1)
-    body = body.strip("\n")
+    body = _unfenced(body).strip("\n")
     return body + "\n" if body.strip() else None

@@ -44,3 +44,14 @@ def test_extract_code_tolerates_fences_and_a_dropped_closing_tag() -> None:
 def test_extract_code_without_an_answer() -> None:
     assert extract_code("no code here") is None
     assert extract_code(f"{OPEN_TAG}\n  \n{CLOSE_TAG}") is None
+
+
+def test_extract_code_is_linear_in_blank_lines() -> None:
+    """Small models often emit blank lines up to the length limit: every completion goes
+    through this, so a run of them must not cost seconds."""
+    import time
+
+    started = time.process_time()
+    extract_code("<triton_code>\n```python\n" + "\n" * 20_000)
+    extract_code("<triton_code>\n```python\n" + "\n" * 20_000 + "```")
+    assert time.process_time() - started < 1.0

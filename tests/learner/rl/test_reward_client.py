@@ -167,3 +167,41 @@ def test_a_server_that_is_down_is_a_sandbox_failure_and_fails_the_start_check() 
         assert records[0]["verdict"] == "sandbox_error" and stats.sandbox_failures == 1
         with pytest.raises(SandboxUnreachableError, match="no sandbox server answered"):
             check_reachable(sandbox, [target], timeout_s=1)
+
+
+def test_seeds_are_ones_the_sandbox_takes() -> None:
+    """A seed the server refuses would make every sample `sandbox_error`: all masked, and
+    the run would learn nothing without failing."""
+    from sandbox.runner import MAX_SEED
+
+    seeds = [problem_seed(run, f"prog-{i}") for run in (0, 7, 2**40) for i in range(200)]
+    assert max(seeds) < MAX_SEED and len(set(seeds)) == len(seeds)
+
+
+def test_deeply_nested_code_is_rejected_not_raised() -> None:
+    """A completion nested past the parser's limit must be scored wrong, not crash the run."""
+    assert not parses("x = " + "-" * 5000 + "1\n")
+    assert not parses("x = " + "(" * 500 + ")" * 500 + "\n")
+
+
+class DeadlineThenAnswer:
+    """Cuts the first call's jobs by their deadline (queued behind slow ones), then judges."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def verify_many(self, items, *, concurrency=32, progress=False):
+        self.calls += 1
+        if self.calls == 1:
+            message = "DEADLINE_EXCEEDED: the call's deadline (20.0s) ended the job"
+            return [VerifyResult(verdict="sandbox_error", message=message) for _ in items]
+        return [VerifyResult(verdict="timeout") for _ in items]
+
+
+def test_a_job_cut_by_its_call_deadline_is_sent_once_more() -> None:
+    """Masked, a spinning candidate (or an honest one queued behind it) would escape its
+    verdict: sent again with a fresh deadline it gets `timeout`, scored as wrong."""
+    fake = DeadlineThenAnswer()
+    records, stats = RewardClient(fake).judge([Request("p", PROBLEM, GOOD)])
+    assert fake.calls == 2
+    assert records[0]["verdict"] == "timeout" and stats.sandbox_failures == 0
