@@ -91,6 +91,30 @@ def check_logprob_gap(step: int, metrics: dict[str, Any], bound: float) -> None:
         )
 
 
+class SandboxStarvedError(RuntimeError):
+    """Most samples went unjudged (masked) step after step: the run would learn nothing."""
+
+
+# A step with this share of its samples unjudged counts as starved; this many in a row stop.
+STARVED_SHARE = 0.5
+STARVED_STEPS = 3
+
+
+def starved_streak(streak: int, counts: dict[str, Any], step: int) -> int:
+    """The run of consecutive starved steps after this one; raises at STARVED_STEPS."""
+    samples = float(counts.get("samples", 0))
+    unjudged = float(counts.get("sandbox_failures", 0))
+    streak = streak + 1 if samples and unjudged / samples >= STARVED_SHARE else 0
+    if streak >= STARVED_STEPS:
+        raise SandboxStarvedError(
+            f"step {step}: the sandbox could not judge {unjudged:.0f} of {samples:.0f} samples, "
+            f"and at least half in each of the last {STARVED_STEPS} steps: masked samples teach "
+            "nothing (the reasons are in the log: an unreachable fleet, refused requests, "
+            "deadlines too short for the queue)"
+        )
+    return streak
+
+
 # --------------------------------------------------------------------------------------------
 # Prompts
 # --------------------------------------------------------------------------------------------
@@ -188,6 +212,7 @@ class RLTrainer:
         self.pad_id = pad_id(tokenizer)
         self.curriculum = Curriculum(self.rl.levels, self.rl.promote_at, self.rl.plateau_patience)
         self.totals: dict[str, float] = dict.fromkeys(TOTALS, 0.0)
+        self.starved = 0  # consecutive steps with most samples unjudged
         self.last_pass: float = math.nan
         self.checkpointer = run.checkpointer()
         self.state, self.start_step = self._start()
@@ -443,6 +468,7 @@ class RLTrainer:
         update_s = time.perf_counter() - update_from
         check_logprob_gap(step, result, self.rl.max_logprob_gap)
         self.totals = add_totals(self.totals, assembled.counts)
+        self.starved = starved_streak(self.starved, assembled.counts, step)
         times = {
             "sampling": rollout.sample_seconds,
             "verification": verified.stats.seconds,

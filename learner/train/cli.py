@@ -68,13 +68,13 @@ def _sft(args: argparse.Namespace) -> int:
 
 def _rl(args: argparse.Namespace) -> int:
     cfg = load_cli_config(args)
-    from learner.rl.trainer import LogprobGapError, run_rl
+    from learner.rl.trainer import LogprobGapError, SandboxStarvedError, run_rl
 
     try:
         summary = run_rl(cfg)
     except _user_errors() as err:
         raise _usage(_one_line(err)) from None
-    except LogprobGapError as err:
+    except (LogprobGapError, SandboxStarvedError) as err:
         # The run stopped itself: its objective would have been corrupted. Checkpoints stay.
         print(f"drtriton train rl: stopped: {_one_line(err)}", file=sys.stderr)
         return 1

@@ -206,3 +206,19 @@ def test_recomputed_logprobs_match_the_samplers_and_a_misaligned_layout_is_caugh
     bad = {k: float(v) for k, v in logprob_gap(shifted[:, :6], old, mask).items()}
     with pytest.raises(LogprobGapError, match="rl.max_logprob_gap"):
         check_logprob_gap(2, bad, 1e-3)
+
+
+def test_a_run_whose_samples_go_unjudged_stops_with_the_reason() -> None:
+    """Masked samples teach nothing: a fleet that judges none of them (refused requests,
+    an unreachable server) must stop the run, not let it train on nothing."""
+    from learner.rl.trainer import STARVED_STEPS, SandboxStarvedError, starved_streak
+
+    starved = {"samples": 16, "sandbox_failures": 12}
+    fine = {"samples": 16, "sandbox_failures": 1}
+    streak = 0
+    for step in range(1, STARVED_STEPS):
+        streak = starved_streak(streak, starved, step)
+    assert starved_streak(streak, fine, STARVED_STEPS) == 0  # one judged step resets it
+    with pytest.raises(SandboxStarvedError, match="could not judge 12 of 16"):
+        for step in range(1, STARVED_STEPS + 1):
+            streak = starved_streak(streak, starved, step)
