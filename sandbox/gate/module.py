@@ -204,6 +204,18 @@ def collect(tree: ast.Module, rules: Rules) -> None:
     _mutable_constants(tree, info)
 
 
+def _statement_bindings(node: ast.stmt) -> list[str]:
+    """The names a module-level or class-body statement binds."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return [name for name, _ in _import_bindings(node)]
+    if isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+        return [node.name]
+    if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return []
+
+
 def _bound_twice(tree: ast.Module) -> list[Violation]:
     """A module-level name bound twice could be a kernel at one moment and host code at
     another; the gate judges each name by one binding."""
@@ -211,19 +223,11 @@ def _bound_twice(tree: ast.Module) -> list[Violation]:
     counts: Counter[str] = Counter()
     plain_imports: Counter[str] = Counter()  # `import torch` and `import torch.nn` bind torch
     for node in tree.body:
-        names: list[str] = []
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [name for name, _ in _import_bindings(node)]
-            if isinstance(node, ast.Import):
-                plain_imports.update(n for n, path in _import_bindings(node) if n == path)
-        elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
-            names = [node.name]
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-            if isinstance(node, ast.AugAssign):
-                continue  # rebinds its own constant
-        for name in names:
+        if isinstance(node, ast.AugAssign):
+            continue  # rebinds its own constant
+        if isinstance(node, ast.Import):
+            plain_imports.update(n for n, path in _import_bindings(node) if n == path)
+        for name in _statement_bindings(node):
             counts[name] += 1
             first_line.setdefault(name, node.lineno)
             if counts[name] == 2:
@@ -267,22 +271,12 @@ def _shadowed_builtins(tree: ast.Module) -> list[Violation]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             statements += node.body
-    found = []
-    for node in statements:
-        names: list[str] = []
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [name for name, _ in _import_bindings(node)]
-        elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
-            names = [node.name]
-        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
-        found += [
-            Violation(node.lineno, f"'{name}' is a builtin's name: it may not be bound here")
-            for name in names
-            if name in P.BUILTIN_NAMES
-        ]
-    return found
+    return [
+        Violation(node.lineno, f"'{name}' is a builtin's name: it may not be bound here")
+        for node in statements
+        for name in _statement_bindings(node)
+        if name in P.BUILTIN_NAMES
+    ]
 
 
 class ModuleRules(Rules):
