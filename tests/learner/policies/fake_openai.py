@@ -111,6 +111,7 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             with server._lock:
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            counted = True
             try:
                 length = int(self.headers.get("Content-Length", 0))
                 payload = json.loads(self.rfile.read(length))
@@ -119,6 +120,11 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
                     status, extra, body = 404, {}, _error(f"no route {self.path}")
                 else:
                     status, extra, body = server.respond(payload, headers)
+                # Out of flight before the client can see the answer: once it has it, it may
+                # send its next request before this thread would reach `finally`.
+                with server._lock:
+                    server.in_flight -= 1
+                counted = False
                 self.send_response(status)
                 for name, value in extra.items():
                     self.send_header(name, value)
@@ -128,8 +134,9 @@ def _handler(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             except OSError:
                 pass  # the client gave up (a time-out): nothing to answer
             finally:
-                with server._lock:
-                    server.in_flight -= 1
+                if counted:
+                    with server._lock:
+                        server.in_flight -= 1
 
         def log_message(self, *args: Any) -> None:
             pass
