@@ -45,7 +45,7 @@ from sandbox.grading import gpu, timed, trials
 from sandbox.grading.idle import IdleProbe
 from sandbox.grading.job import Job, JobContext, ProblemEntry, Rejected, death_verdict
 from sandbox.grading.stages import add_stage, stage
-from sandbox.isolation import Limits
+from sandbox.isolation import JOB_TMP_DIR, Limits
 from sandbox.launchers import LauncherCache
 from sandbox.problem import ProblemError, load_problem, source_key
 from sandbox.process import CandidateDied, CandidateProcess, candidate_env
@@ -194,7 +194,7 @@ class Grader:
             if self.zygote is not None:
                 self.zygote.close()
             home = os.path.join(self.workdir, "zygote")
-            os.makedirs(home, exist_ok=True)
+            os.makedirs(os.path.join(home, JOB_TMP_DIR), exist_ok=True)
             arch = None
             if self.device == "cuda":
                 major, minor = torch.cuda.get_device_capability()

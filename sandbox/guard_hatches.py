@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from sandbox.isolation import JOB_TMP_DIR
+
 FORBIDDEN, TAMPER = "torch_fallback", "tampering"
 # The GPU's clock registers, as PTX names them (the static gate's `TIMER_REGISTERS`).
 TIMER_REGISTERS = r"%\s*(?:globaltimer(?:_lo|_hi)?|clock(?:64|_hi)?)\b"
@@ -399,8 +401,6 @@ _DANGEROUS_DUNDERS = frozenset(
     }
 )
 _FUNCTION_INTERNALS = frozenset({"__code__"})
-# What in the job directory candidate code may open (its source, its bytecode, Triton's
-# cache); the rest is the grader's (the exchange files).
 _PROC_MEMORY = frozenset({"mem", "pagemap"})
 # Frames: the candidate's own lead to the harness's (`f_back`), whose loop and clock are
 # not its to see. The events a frame read raises (`sys._getframe`, these attributes) are
@@ -408,11 +408,10 @@ _PROC_MEMORY = frozenset({"mem", "pagemap"})
 _CANDIDATE_SOURCE = "candidate.py"
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _FRAMES_LOOKED_AT = 2  # the reader and its caller: a frame walker the candidate calls
-_OWN_FILES = (
-    "candidate.py",
-    "__pycache__" + os.sep,
-    ".triton" + os.sep,
-)  # lazy imports set __defaults__ (namedtuple)
+# What in the job directory candidate code may open (its source, its bytecode, Triton's
+# cache, its TMPDIR; a folder's files too); the rest is the grader's (the exchange files).
+_OWN_FILES = (_CANDIDATE_SOURCE,)
+_OWN_FOLDERS = ("__pycache__", ".triton", JOB_TMP_DIR)
 
 
 def protected_names(
@@ -453,7 +452,15 @@ def add_audit_hook(
     basename, realpath, join = os.path.basename, os.path.realpath, os.path.join
     refused, process_events, tools = _AUDIT_REFUSED, _PROCESS_EVENTS, _COMPILER_TOOLS
     home = realpath(home) + os.sep
-    own = tuple(join(home, name) for name in _OWN_FILES)
+    own_files = frozenset(join(home, name) for name in _OWN_FILES)
+    own_folders = tuple(join(home, name) for name in _OWN_FOLDERS)
+    own_inside = tuple(folder + os.sep for folder in own_folders)
+
+    def graders(path: str) -> bool:
+        """Whether `path` (real) is in the job directory and not the candidate's."""
+        if not path.startswith(home) or path in own_files or path in own_folders:
+            return False
+        return not path.startswith(own_inside)
     candidate_file = join(home, _CANDIDATE_SOURCE)
     frame_attributes = _FRAME_ATTRIBUTES
     getframe = sys._getframe
@@ -499,8 +506,9 @@ def add_audit_hook(
             refuse(TAMPER, f"{event}: the candidate starts another program")
         elif event == "open" and isinstance(args[0], str | bytes):
             path = realpath(os.fsdecode(args[0]))
-            if path.startswith(home) and not path.startswith(own):
-                refuse(FORBIDDEN, "opened a file of the grader's in its job directory")
+            if graders(path):
+                name = path[len(home) :][:200]
+                refuse(FORBIDDEN, f"opened a file of the grader's in its job directory: {name}")
             if path.startswith("/proc/") and basename(path) in _PROC_MEMORY:
                 refuse(FORBIDDEN, "opened a process's memory as a file")
         elif event == "os.chdir":

@@ -36,6 +36,7 @@ from sandbox.jail.cgroup import CGROUP_ROOT, Cgroup, cgroups_available, kill_met
 
 __all__ = [
     "CGROUP_ROOT",
+    "JOB_TMP_DIR",
     "NOBODY",
     "Cgroup",
     "Feature",
@@ -56,6 +57,9 @@ __all__ = [
 NOBODY = identity.CANDIDATE_UID
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 SCRATCH_MB = 256  # each of the candidate's private /tmp and /dev/shm
+# The candidate's TMPDIR, in its job directory: Triton's compile writes its temporary files
+# there, and nothing of the grader's ever lives there (`guard_hatches.add_audit_hook`).
+JOB_TMP_DIR = "tmp"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Any
 
 from sandbox import replies, safe_fs
 from sandbox.isolation import (
+    JOB_TMP_DIR,
     Cgroup,
     Limits,
     candidate_uid,
@@ -94,7 +95,7 @@ def candidate_env(
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": job_dir,
-        "TMPDIR": job_dir,
+        "TMPDIR": os.path.join(job_dir, JOB_TMP_DIR),
         "TRITON_CACHE_DIR": os.path.join(job_dir, ".triton"),
         "PYTHONPATH": os.pathsep.join([REPO_ROOT, *_extra_python_paths()]),
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -195,6 +196,9 @@ def make_job_dir(job_root: str, size_mb: int) -> tuple[str, bool]:
             for parent, dirs, files in os.walk(cache):
                 for name in (parent, *(os.path.join(parent, n) for n in dirs + files)):
                     hand_over(name)
+        scratch = os.path.join(job_dir, JOB_TMP_DIR)
+        os.makedirs(scratch, mode=0o700, exist_ok=True)
+        hand_over(scratch)
         hand_over(job_dir)
     except BaseException:
         quota.release(job_dir)

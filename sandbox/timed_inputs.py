@@ -167,6 +167,18 @@ def kept_calls(calls: int, keep: int) -> range:
     return range(max(0, calls - keep), calls)
 
 
+def layout_bytes(layout: Sequence[dict[str, Any]]) -> int:
+    """Bytes of one set's tensors, as `Problem.input_layout` describes them (entries with a
+    `shape` and a `dtype` name; other values take no device memory)."""
+    import torch
+
+    return sum(
+        math.prod(entry["shape"]) * getattr(torch, entry["dtype"]).itemsize
+        for entry in layout
+        if "shape" in entry
+    )
+
+
 # -- packing the sets into one buffer ------------------------------------------------------
 def _aligned(offset: int) -> int:
     return (offset + PACK_ALIGN - 1) // PACK_ALIGN * PACK_ALIGN

@@ -8,6 +8,7 @@ accounting) runs for real without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
@@ -535,3 +536,31 @@ def test_a_slow_baselines_host_check_runs_once_even_when_it_disagrees(
     )
     assert len(host_loops) == 2  # sizing and one host check
     assert eager == pytest.approx(240, rel=0.3)
+
+
+def test_a_timed_job_reserves_gpu_memory_for_its_extra_input_sets(tmp_path: Path) -> None:
+    """The GPU grader's memory reservation of a timed job (run here on CPU with a budget and
+    a clock as a GPU grader has them): it counts the timed loops' extra sets and kept
+    outputs, sized from the problem's input layout alone."""
+    from sandbox.gpu_budget import GpuMemoryBudget
+
+    config = SandboxConfig(device="cpu", job_root=str(tmp_path), timing_runs=5, timing_warmup=1)
+    grader = Grader(config, "cpu")
+    grader.clock = _host_clock()
+    grader.gpu_budget = GpuMemoryBudget(str(tmp_path / "gpu-memory.budget"), 64)
+    entry = ProblemEntry(load_problem(PROBLEM, "functional", "cpu", str(tmp_path)))
+    try:
+        untimed = VerifyResult(verdict="correct")
+        timed = VerifyResult(verdict="correct")
+        for result, timing in ((untimed, False), (timed, True)):
+            job = Job(problem=PROBLEM, candidate="", timing=timing)
+            with contextlib.ExitStack() as held:
+                grader._reserve_gpu(job, entry, time.monotonic() + 30, result, held)
+    finally:
+        grader.close()
+    one_set = 16 * 16 * 4
+    assert timed_inputs.layout_bytes(entry.problem.input_layout()) == one_set
+    plan = timed_inputs.plan_timing(one_set, one_set, 5, 1)
+    assert entry.timing_bytes(5, 1) == timed_inputs.extra_bytes(plan, one_set, one_set)
+    assert plan.sets > 1 and entry.timing_bytes(5, 1)[0] > 0
+    assert timed.gpu_memory_gib["reserved"] >= untimed.gpu_memory_gib["reserved"] > 0

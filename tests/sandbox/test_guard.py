@@ -186,3 +186,60 @@ def test_only_tritons_own_compiler_calls_pass_inside_a_launch(
     from sandbox.guard_hatches import _COMPILER_TOOLS, _is_compiler_call
 
     assert _is_compiler_call(event, args, _COMPILER_TOOLS) is allowed
+
+
+_JOB_DIR_OPENS = r"""
+import json, os, sys, tempfile, types
+from sandbox import guard_hatches, process
+
+home = sys.argv[1]
+os.environ.update(process.candidate_env(home, "cpu"))  # the candidate's TMPDIR
+tempfile.tempdir = None
+state = types.SimpleNamespace(armed=True, in_launch=True)  # a launch compiling a kernel
+refused = []
+
+def refuse(verdict, why, raising=True):
+    refused.append([verdict, why])
+    if raising:
+        raise PermissionError(why)
+
+guard_hatches.add_audit_hook(state, refuse, {}, home)
+outcome = {}
+with tempfile.NamedTemporaryFile("w", suffix=".ptx") as scratch:  # as Triton's compile does
+    scratch.write("ptx")
+    scratch.flush()
+    outcome["scratch_in"] = os.path.dirname(scratch.name)
+    with open(scratch.name) as again:
+        again.read()
+outcome["scratch_refused"] = list(refused)
+try:
+    open(os.path.join(home, "inputs.bin"), "rb")
+except PermissionError:
+    pass
+outcome["grader_refused"] = refused[-1] if refused else None
+print(json.dumps(outcome))
+"""
+
+
+def test_a_launch_writes_temporary_files_but_never_opens_the_graders(tmp_path: Path) -> None:
+    """Triton's compile on a GPU writes and reads temporary files under TMPDIR inside a
+    launch: the candidate's TMPDIR is a folder of its own in the job directory, which the
+    audit hook lets through, while the grader's files beside it stay refused."""
+    from sandbox.isolation import JOB_TMP_DIR
+
+    (tmp_path / JOB_TMP_DIR).mkdir()
+    (tmp_path / "inputs.bin").write_bytes(b"\0" * 16)
+    done = subprocess.run(
+        [sys.executable, "-c", _JOB_DIR_OPENS, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(outcome["scratch_in"]).resolve() == (tmp_path / JOB_TMP_DIR).resolve()
+    assert outcome["scratch_refused"] == []
+    assert outcome["grader_refused"][0] == "torch_fallback"
+    assert "inputs.bin" in outcome["grader_refused"][1]
