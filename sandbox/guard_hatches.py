@@ -461,6 +461,7 @@ def add_audit_hook(
         if not path.startswith(home) or path in own_files or path in own_folders:
             return False
         return not path.startswith(own_inside)
+
     candidate_file = join(home, _CANDIDATE_SOURCE)
     frame_attributes = _FRAME_ATTRIBUTES
     getframe = sys._getframe

@@ -6,8 +6,13 @@ state lives in closures, so nothing the candidate patches later (the harness's c
 `sandbox.timing`'s functions, `torch.Tensor`'s methods, `torch`'s dtypes) runs in their
 place or changes what they read.
 
-- `stage`: the input sets (`sandbox.timed_inputs`), one buffer the grader packed, viewed
-  set by set.
+- `stage`: the input sets (`sandbox.timed_inputs`), one buffer the grader packed. The
+  harness keeps it in host memory and gives the calls a device buffer of its own, blank
+  until a set's first call: each set is copied in just before the call that first uses it
+  (ahead of a timed run's cache flush, outside its events), so no call can reach a set
+  before its turn (a warm-up that computed every set's answer through pointer arithmetic
+  from its own inputs, to answer the timed runs with copies, finds blank memory), and no
+  candidate kernel, still running or launched later, ever sees the grader's mapping.
 - `time`: one loop, every call guarded (`sandbox.guard`), each on the set the grader's
   schedule names (`TimingPlan.schedule`); the outputs of the last `keep` calls kept for the grader's pick, in a ring the calls
   fill (the allocator is given their blocks first, so that no timed run waits for the
@@ -48,14 +53,16 @@ def timing_commands(harness: Any) -> dict[str, Command]:
     base = torch._C.TensorBase
     narrow, view, numel, size = base.narrow, base.view, base.numel, base.size
     copy, detach, dtype_of = base.copy_, base.detach, base.dtype.__get__
+    zero, uint8, host = base.zero_, torch.uint8, torch.device("cpu")
     empty, tensor_type, out_of_memory = torch.empty, torch.Tensor, torch.cuda.OutOfMemoryError
     dtypes = {
         str(d).removeprefix("torch."): d for d in vars(torch).values() if type(d) is torch.dtype
     }
-    unpack, reused, kept_calls = (
+    unpack, reused, kept_calls, set_spans = (
         timed_inputs.unpack,
         timed_inputs.reused_outputs,
         timed_inputs.kept_calls,
+        timed_inputs.set_spans,
     )
     perf, count, list_, tuple_, type_, len_, int_ = (
         time.perf_counter,
@@ -68,6 +75,9 @@ def timing_commands(harness: Any) -> dict[str, Command]:
     )
     clock_changed = seal(clock) if clock is not None else (lambda: None)
     state: dict[str, Any] = {"sets": [], "inputs_at": [], "loops": {}, "room": ([], 0)}
+    # The staged sets: the host copy, the calls' device buffer, each set's span of both,
+    # and the sets copied onto the device so far.
+    staged: dict[str, Any] = {"host": None, "device": None, "spans": [], "on_device": set()}
 
     def tensors(result: Any) -> list[Any]:
         """The tensors a call returned (a plain tensor, or a plain list or tuple of them)."""
@@ -80,11 +90,31 @@ def timing_commands(harness: Any) -> dict[str, Command]:
     def stage(msg: dict[str, Any]) -> None:
         state["sets"], state["inputs_at"] = [], []
         state["loops"].clear()
-        buffer = device_tensors(msg["inputs"])[0]
+        staged.update(host=None, device=None, spans=[], on_device=set())
+        sync()  # no kernel of an earlier command still running when the sets come
+        given = device_tensors(msg["inputs"])[0]
+        kept = empty(numel(given), dtype=uint8, device=host)
+        copy(kept, given)
+        del given  # the grader's mapping, let go before any candidate code runs again
+        buffer = empty(numel(kept), dtype=uint8, device=device)
+        zero(buffer)
+        staged.update(host=kept, device=buffer, spans=set_spans(msg["layout"]))
         state["sets"] = unpack(buffer, msg["layout"], narrow=narrow, view=view, dtypes=dtypes)
         state["inputs_at"] = [storage_ptr(buffer)] if numel(buffer) else []
         sync()
         reply(ok=True)
+
+    def bring(index: int) -> None:
+        """Copy set `index` onto the device, the first time a call needs it."""
+        if index in staged["on_device"]:
+            return
+        start, length = staged["spans"][index]
+        if length:
+            copy(
+                narrow(staged["device"], 0, start, length),
+                narrow(staged["host"], 0, start, length),
+            )
+        staged["on_device"].add(index)
 
     def make_room(outputs: list[dict[str, Any]], count_: int) -> None:
         """Hand the allocator blocks for `count_` sets of outputs, then let them go: the
@@ -120,6 +150,13 @@ def timing_commands(harness: Any) -> dict[str, Command]:
             make_room(msg["outputs"], keep + 1)
             state["room"] = (msg["outputs"], keep + 1)
         next_call, entry = count().__next__, harness.entry
+        # The warm-ups' sets (and a host-clock loop's, which its clock must not see
+        # arrive) now; each timed run's just before it.
+        for index in schedule[: calls - runs] if not wall else schedule:
+            bring(index)
+
+        def before_run(run: int) -> None:
+            bring(schedule[calls - runs + run])
 
         def step() -> None:
             call = next_call()
@@ -136,7 +173,7 @@ def timing_commands(harness: Any) -> dict[str, Command]:
                 # The grader's clock stops here: the stretch's own checks are not the loop's.
                 send(dumps({"loop_done": harness.seq}).encode())
             else:
-                times = time_cuda(guarded, clock, runs, warmup)
+                times = time_cuda(guarded, clock, runs, warmup, before_run)
             for result in kept:
                 loop.hold(result)
         if refused(loop.report):

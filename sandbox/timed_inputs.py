@@ -22,8 +22,11 @@ from knowing it is timed:
   inputs (`reused_outputs`): returning an earlier call's tensor again is caught even where
   the inputs repeat.
 
-The sets cross to the candidate packed into one buffer (`pack_layout`): one transfer, and
-device memory shared with the grader once the sets are large enough.
+- No set before its turn. The sets cross to the candidate packed into one buffer
+  (`pack_layout`): one transfer, and device memory shared with the grader once the sets
+  are large enough. The harness keeps them in host memory and copies each onto the device
+  just before the first call that uses it (`set_spans`): a call cannot compute a later
+  call's answer ahead of time, whatever memory it reads.
 """
 
 from __future__ import annotations
@@ -210,6 +213,27 @@ def pack_layout(sets: Sequence[Sequence[Any]]) -> tuple[list[list[dict[str, Any]
             offset += value.numel() * value.element_size()
         layout.append(entries)
     return layout, _aligned(offset)
+
+
+def set_spans(layout: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[int, int]]:
+    """Per set of a `pack_layout`, the bytes of the buffer its tensors occupy: (start,
+    length), (0, 0) for a set without tensors. The harness copies a set onto the device
+    by its span."""
+    import torch
+
+    spans = []
+    for entries in layout:
+        placed = [e for e in entries if "offset" in e]
+        if not placed:
+            spans.append((0, 0))
+            continue
+        start = min(e["offset"] for e in placed)
+        end = max(
+            e["offset"] + math.prod(e["shape"]) * getattr(torch, e["dtype"]).itemsize
+            for e in placed
+        )
+        spans.append((start, end - start))
+    return spans
 
 
 def pack(sets: Sequence[Sequence[Any]], device: Any) -> tuple[Any, list[list[dict[str, Any]]]]:

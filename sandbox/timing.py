@@ -150,13 +150,21 @@ def host_timed_runs(event_ms: float, runs: int) -> int:
     return max(runs, min(HOST_LOOP_MAX_FACTOR * runs, wanted))
 
 
-def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> list[float]:
+def time_cuda(
+    fn: Callable[[], Any],
+    clock: Clock,
+    runs: int,
+    warmup: int,
+    before_run: Callable[[int], Any] | None = None,
+) -> list[float]:
     """Milliseconds per run of `fn`, each run from a cold L2.
 
     The runs are queued back to back, with no wait for the device between them: the
     events bracket the run on the GPU whatever the host does meanwhile, so a round trip
     per run would only add its latency to the timed loop, which has the GPU alone
     (`sandbox.gpu_gate`) while every other job's correctness work waits.
+    `before_run(i)` runs ahead of timed run i's cache flush, outside its events (the
+    harness brings run i's inputs onto the device there).
     """
     # Bound before any call: what the calls do to `clock` cannot change this loop.
     event, record, elapsed = clock.event_type, clock.record, clock.elapsed
@@ -167,7 +175,9 @@ def time_cuda(fn: Callable[[], Any], clock: Clock, runs: int, warmup: int) -> li
         fn()
     synchronize()
     pairs = []
-    for _ in range(runs):
+    for run in range(runs):
+        if before_run is not None:
+            before_run(run)
         start = event(enable_timing=True)
         end = event(enable_timing=True)
         flush()  # stream-ordered before the start event: no host round trip

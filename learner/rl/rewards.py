@@ -113,15 +113,28 @@ def _record_fields(index: int, record: Mapping[str, Any]) -> tuple[str, float | 
     return verdict, speedup, bool(truncated)
 
 
+def fill_untimed(speedup: np.ndarray, timed: np.ndarray, untimed: np.ndarray) -> np.ndarray:
+    """[B,G] speedups with each group's `untimed` entries set to the median of its `timed`
+    ones (unchanged where a group has none timed). A kernel the sandbox judged correct but
+    could not time (a timing loop cut short, a GPU too busy for a fair figure) is not
+    thereby slower or faster than its peers."""
+    out = speedup.astype(np.float32, copy=True)
+    for group in np.flatnonzero(timed.any(axis=1) & untimed.any(axis=1)):
+        out[group, untimed[group]] = np.median(speedup[group, timed[group]])
+    return out
+
+
 def verdict_arrays(records: Sequence[Mapping[str, Any]], group_size: int) -> VerdictArrays:
     """Turn B·G verdict records, prompt-major (G consecutive records per prompt), into arrays.
 
     A record holds `verdict` (the sandbox's, lower case), `speedup_vs_eager` (float or None)
     and `truncated` (the completion hit the length limit). A sample is valid unless its
     verdict is unjudged (`UNJUDGED_VERDICTS`) or it was truncated; an invalid sample is
-    neither correct nor wrong. A correct kernel without a timing (the CPU sandbox does not
-    time) gets speedup 1.0, hence r_s = 0 with the log form: correctness alone is rewarded.
-    Wrong and invalid samples also hold 1.0; the objectives never read it.
+    neither correct nor wrong. A correct kernel without a timing takes the median speedup
+    of its group's timed correct kernels (`fill_untimed`): neither favoured nor penalised
+    beside them for a timing it did not get. With no timed peer (the CPU sandbox does not
+    time) it gets 1.0, hence r_s = 0 with the log form: correctness alone is rewarded.
+    Wrong and invalid samples hold 1.0; the objectives never read it.
 
     counts: samples, correct (valid ones), sandbox_failures (unjudged verdicts), truncated,
     invalid (either of the two, each sample once), untimed_correct, and per prompt over its
@@ -139,6 +152,7 @@ def verdict_arrays(records: Sequence[Mapping[str, Any]], group_size: int) -> Ver
     speedup = np.where(correct, speedup, np.float32(1.0))
     shape = (len(records) // group_size, group_size)
     correct, speedup, valid = correct.reshape(shape), speedup.reshape(shape), valid.reshape(shape)
+    speedup = fill_untimed(speedup, correct & timed.reshape(shape), correct & ~timed.reshape(shape))
     has_pos, has_neg = correct.any(axis=1), (valid & ~correct).any(axis=1)
     counts = {
         "samples": len(records),

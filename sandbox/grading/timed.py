@@ -43,6 +43,9 @@ from sandbox.zygote import CANDIDATE_NICE, TIMED_NICE
 # overruns that is killed (a `timeout`): it was not the kernel its trials showed.
 TIMING_LEASE_S = 5.0
 TIMING_LEASE_FACTOR = 3.0
+# ... and the harness's copies of the input sets onto the device, one before each set's
+# first call (from pageable host memory: counted at a slow host's pace).
+COPY_IN_BYTES_PER_S = 1e9
 
 
 def event_times(reply: dict[str, Any], runs: int) -> list[float]:
@@ -125,6 +128,7 @@ def time_candidate(ctx: JobContext, proc: CandidateProcess, slowest_call_s: floa
     outputs = [{"shape": list(t.shape), "dtype": dtype_name(t)} for t in expected]
     del expected
     lease_s = TIMING_LEASE_S + TIMING_LEASE_FACTOR * (plan.runs + warmup + 1) * slowest_call_s
+    lease_s += staged.numel() * staged.element_size() / COPY_IN_BYTES_PER_S
     walls: list[dict[str, Any]] = []
     chosen: dict[str, list[int]] = {}
     median = spread = host_ms = 0.0

@@ -367,6 +367,13 @@ def test_each_timed_run_hides_the_launch_and_ends_on_the_stream() -> None:
     assert log == ["wake", "call", "sync"] + run * 2 + ["sync"]
     assert times == [1.0, 1.0]
 
+    log.clear()  # a run's inputs come ahead of its flush, outside its events
+    time_cuda(
+        lambda: log.append("call"), clock, 2, 1, before_run=lambda i: log.append(f"bring {i}")
+    )
+    run = ["flush", "hold", "record", "call", "record", "release"]
+    assert log == ["wake", "call", "sync", "bring 0", *run, "bring 1", *run, "sync"]
+
     log.clear()
     spin_only = dataclasses.replace(clock, held=False)
     time_cuda(lambda: log.append("call"), spin_only, runs=2, warmup=0)

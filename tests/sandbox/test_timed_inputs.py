@@ -534,3 +534,37 @@ def test_a_method_added_to_a_sandbox_class_is_tampering() -> None:
     finally:
         del Clock.sneaky  # type: ignore[attr-defined]
     assert baseline.rebound() is None
+
+
+def test_each_set_spans_its_own_tensors_and_nothing_of_another() -> None:
+    """The harness copies a set onto the device by its span (`set_spans`): a span must
+    cover every byte of its set's tensors and none of another set's, or a call would see
+    its inputs only in part, or a later set early."""
+    sets = [
+        [torch.ones(3, 5), 2.0, torch.ones(7, dtype=torch.int64)],
+        [torch.full((3, 5), 2.0), 2.0, torch.full((7,), 2, dtype=torch.int64)],
+        [4.0],  # no tensors
+        [torch.full((1,), 3.0, dtype=torch.float16)],
+    ]
+    buffer, layout = timed_inputs.pack(sets, "cpu")
+    spans = timed_inputs.set_spans(layout)
+    assert spans[2] == (0, 0)
+    placed = [span for span in spans if span[1]]
+    for (start, length), (next_start, _) in zip(placed, placed[1:], strict=False):
+        assert start + length <= next_start
+    # A blank buffer filled span by span holds exactly what the grader packed.
+    blank = torch.zeros_like(buffer)
+    for index, (start, length) in enumerate(spans):
+        blank[start : start + length] = buffer[start : start + length]
+        got = timed_inputs.unpack(blank, [layout[index]])[0]
+        for value, want in zip(got, sets[index], strict=True):
+            if isinstance(want, torch.Tensor):
+                assert torch.equal(value, want)
+            else:
+                assert value == want
+    # And a set filled alone leaves every other set's bytes blank.
+    alone = torch.zeros_like(buffer)
+    start, length = spans[1]
+    alone[start : start + length] = buffer[start : start + length]
+    first = timed_inputs.unpack(alone, [layout[0]])[0]
+    assert not first[0].any() and not first[2].any()

@@ -79,7 +79,7 @@ def test_verdicts_become_arrays_and_counts() -> None:
     np.testing.assert_array_equal(
         out.correct, [[1, 0, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
     )
-    np.testing.assert_allclose(out.speedup, [[2, 1, 1, 1], [0.5, 1.5, 1, 1], [1] * 4, [1] * 4])
+    np.testing.assert_allclose(out.speedup, [[2, 1, 2, 1], [0.5, 1.5, 1, 1], [1] * 4, [1] * 4])
     assert out.speedup.dtype == np.float32 and out.correct.dtype == bool
     assert out.counts == {
         "samples": 16,
@@ -93,8 +93,23 @@ def test_verdicts_become_arrays_and_counts() -> None:
         "mixed_groups": 1,
         "no_valid_groups": 1,
     }
-    # An untimed correct kernel is rewarded for correctness alone.
-    assert speed_reward(out.speedup)[0, 2] == 0
+    # An untimed correct kernel beside a timed one is scored as its peer.
+    assert speed_reward(out.speedup)[0, 2] == speed_reward(out.speedup)[0, 0]
+
+
+def test_an_untimed_correct_kernel_takes_its_timed_peers_median() -> None:
+    """Beside timed peers an untimed correct kernel is neither the group's slowest nor its
+    fastest; with no timed peer (the CPU sandbox) correctness alone is rewarded (r_s = 0)."""
+    records = [
+        record("correct", 0.5), record("correct", 2.0), record("correct", 8.0),
+        record("correct"), record("wrong_output", 9.0),
+        record("correct"), record("correct"), record("wrong_output"), record("timeout"),
+        record("correct", 4.0, truncated=True),
+    ]  # fmt: skip
+    out = verdict_arrays(records, group_size=5)
+    np.testing.assert_allclose(out.speedup, [[0.5, 2, 8, 2, 1], [1, 1, 1, 1, 1]])
+    assert (speed_reward(out.speedup)[1] == 0).all()
+    assert out.counts["untimed_correct"] == 3
 
 
 @pytest.mark.parametrize(
