@@ -1,0 +1,139 @@
+"""The harness's timing commands (`sandbox.timed_harness`) on the CPU, around a stand-in
+harness: no jail, no guard and a scripted clock, so that what is checked is the commands'
+own logic (the GPU tests run them for real in a candidate process)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from sandbox import timed_harness, timed_inputs
+from sandbox.timing import Clock
+
+
+class _Stretch:
+    """What `guard.Instruments.call` returns, doing nothing."""
+
+    report = None
+
+    def __enter__(self) -> _Stretch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def hold(self, *values: Any) -> None:
+        return None
+
+    def armed(self, fn: Any) -> Any:
+        return fn
+
+
+def _clock() -> Clock:
+    ticks = iter(range(10_000))
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            self.at = 0.0
+
+    def record(event: Event) -> None:
+        event.at = float(next(ticks))
+
+    return Clock(
+        event_type=Event,
+        record=record,
+        elapsed=lambda start, end: end.at - start.at,
+        synchronize=lambda: None,
+        flush=lambda: None,
+        busy=lambda: None,
+        cycles_per_us=1.0,
+    )
+
+
+def _harness(packed: torch.Tensor, entry: Any) -> tuple[SimpleNamespace, list[dict]]:
+    replies: list[dict] = []
+    harness = SimpleNamespace(
+        clock=_clock(),
+        reply=lambda **payload: replies.append(payload),
+        refused=lambda report: False,
+        classify=lambda error: "runtime_error",
+        _send=lambda data: None,
+        _dumps=lambda value: "",
+        instruments=SimpleNamespace(call=lambda *args, **kwargs: _Stretch()),
+        device="cpu",
+        _inputs=lambda specs: [packed.clone()],
+        _tensor=None,
+        _sync=lambda: None,
+        _settle=lambda: None,
+        _storage_ptr=lambda t: t.untyped_storage().data_ptr(),
+        entry=entry,
+        seq=1,
+    )
+    return harness, replies
+
+
+def test_each_set_reaches_the_device_only_before_its_first_call() -> None:
+    """Warm-ups see only their own set in the calls' buffer; timed run i sees its own set
+    and those of earlier runs, every later set still blank: no call can compute a later
+    call's answer ahead of time, whatever memory it reads."""
+    sets = [[torch.full((64,), float(k + 1)), torch.full((32,), float(-k - 1))] for k in range(5)]
+    packed, layout = timed_inputs.pack(sets, "cpu")
+    spans = timed_inputs.set_spans(layout)
+    plan = timed_inputs.TimingPlan(sets=5, runs=4, warmup=2, keep=4, wanted_runs=4)
+    seen: list[set[int]] = []
+
+    def entry(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        whole = torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage())
+        present = set()
+        for index, (start, length) in enumerate(spans):
+            if torch.equal(whole[start : start + length], packed[start : start + length]):
+                present.add(index)
+            else:
+                assert not whole[start : start + length].any(), "a set only in part"
+        seen.append(present)
+        return x * 2
+
+    harness, replies = _harness(packed, entry)
+    commands = timed_harness.timing_commands(harness)
+    commands["stage"]({"inputs": [{}], "layout": layout})
+    assert replies[-1] == {"ok": True}
+    schedule = plan.schedule(plan.warmup + plan.runs)
+    assert schedule == [4, 4, 0, 1, 2, 3]
+    outputs = [{"shape": [64], "dtype": "float32"}]
+    message = {"slot": "events", "wall": False, "runs": 4, "warmup": 2, "schedule": schedule}
+    commands["time"]({**message, "keep": 4, "outputs": outputs})
+    assert replies[-1]["ok"] and len(replies[-1]["times"]) == 4
+    assert seen == [{4}, {4}, {4, 0}, {4, 0, 1}, {4, 0, 1, 2}, {4, 0, 1, 2, 3}]
+
+    # The host-clock loop's sets are all there before it starts (its clock runs throughout).
+    seen.clear()
+    wall = {"slot": "wall", "wall": True, "runs": 3, "warmup": 0, "schedule": [0, 1, 0, 1]}
+    commands["time"]({**wall, "keep": 2, "outputs": outputs})
+    assert replies[-1]["ok"]
+    assert all(present == {0, 1, 2, 3, 4} for present in seen)
+
+
+def test_staging_again_starts_from_a_blank_buffer() -> None:
+    """Sets staged a second time (a new plan) are blank again until their calls: nothing of
+    the earlier staging, or of the grader's buffer, is left in the calls' memory."""
+    sets = [[torch.full((16,), float(k + 1))] for k in range(3)]
+    packed, layout = timed_inputs.pack(sets, "cpu")
+    seen: list[float] = []
+
+    def entry(x: torch.Tensor) -> torch.Tensor:
+        whole = torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage())
+        seen.append(float(whole.sum()))
+        return x + 1
+
+    harness, replies = _harness(packed, entry)
+    commands = timed_harness.timing_commands(harness)
+    message = {"slot": "events", "wall": False, "runs": 2, "warmup": 1, "schedule": [2, 0, 1]}
+    outputs = [{"shape": [16], "dtype": "float32"}]
+    for _ in range(2):
+        commands["stage"]({"inputs": [{}], "layout": layout})
+        commands["time"]({**message, "keep": 2, "outputs": outputs})
+        assert replies[-1]["ok"]
+    first, second = seen[:3], seen[3:]
+    assert first == second and first[0] < first[1] < first[2]
