@@ -38,7 +38,8 @@ class RLConfig:
     level over `eval_problems` prompts (greedy); promote when it exceeds `promote_at`; at the
     last level stop when the best pass@1 has not improved for `plateau_patience` evaluations
     (0 = never stop on a plateau). `max_steps` bounds the run (0 = `optim.total_steps`).
-    `cache_size`: verdicts kept for identical (problem, candidate) pairs (0 = no cache).
+    `cache_size`: verdicts kept for identical (problem, candidate) pairs (0 = no cache);
+    a timed one is served once the kernel has `timings_per_kernel` speedups (their median).
     The policy starts from `model.path` (an SFT run's saved model directory).
     """
 
@@ -67,6 +68,7 @@ class RLConfig:
     max_logprob_gap: float = 0.05
     gpu_gate_dir: str = ""
     cache_size: int = 65536
+    timings_per_kernel: int = 3
     # Curriculum
     levels: tuple[int, ...] = (1, 2, 5)
     promote_at: float = 0.5
@@ -91,6 +93,7 @@ class RLConfig:
             (self.overlap in ("auto", "on", "off"), "rl.overlap must be auto, on or off"),
             (self.max_logprob_gap >= 0, "rl.max_logprob_gap must be >= 0"),
             (self.cache_size >= 0, "rl.cache_size must be >= 0"),
+            (self.timings_per_kernel >= 1, "rl.timings_per_kernel must be at least 1"),
             (bool(self.levels), "rl.levels must name at least one level"),
             (all(level >= 1 for level in self.levels), "rl.levels must be positive"),
             (0 <= self.promote_at <= 1, "rl.promote_at must be in [0, 1]"),

@@ -595,7 +595,7 @@ def run_rl(cfg: TrainConfig) -> dict[str, Any]:
             timing=cfg.sandbox.timing,
             concurrency=cfg.sandbox.concurrency,
             seed=cfg.seed,
-            cache=VerdictCache(cfg.rl.cache_size),
+            cache=VerdictCache(cfg.rl.cache_size, cfg.rl.timings_per_kernel),
         )
         if not cfg.sandbox.timing:
             log.warning("sandbox.timing is off: correct kernels get speedup 1 (r_s = 0)")

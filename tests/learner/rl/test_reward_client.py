@@ -41,7 +41,13 @@ class FakeClient:
         if self.fail:
             raise RuntimeError("channel closed")
         self.sent.extend(items)
-        return [VerifyResult(verdict=self.verdict) for _ in items]
+        return [self._result() for _ in items]
+
+    def _result(self) -> VerifyResult:
+        speedups = getattr(self, "speedups", None)
+        if speedups is None:
+            return VerifyResult(verdict=self.verdict)
+        return VerifyResult(verdict=self.verdict, speedup_vs_eager=next(speedups))
 
 
 def test_unparsable_candidates_are_rejected_without_a_call() -> None:
@@ -205,3 +211,38 @@ def test_a_job_cut_by_its_call_deadline_is_sent_once_more() -> None:
     records, stats = RewardClient(fake).judge([Request("p", PROBLEM, GOOD)])
     assert fake.calls == 2
     assert records[0]["verdict"] == "timeout" and stats.sandbox_failures == 0
+
+
+def test_a_timed_verdict_is_served_only_after_several_timings_as_their_median() -> None:
+    """On a GPU a kernel's speedup varies from one verification to the next: a kernel the
+    policy writes again is timed `timings_per_kernel` times before the cache answers for
+    it, and then with the median, not its first (perhaps lucky) figure."""
+    cache = VerdictCache(8, timings_per_kernel=3)
+    key = cache_key("p", "c", {"timing": True})
+    for speedup in (9.0, 1.0):
+        assert cache.get(key) is None  # not enough timings yet: judged again
+        cache.put(key, {"verdict": "correct", "speedup_vs_eager": speedup})
+    assert cache.retimes == 2 - 1  # the first lookup was a plain miss
+    assert cache.get(key) is None
+    cache.put(key, {"verdict": "correct", "speedup_vs_eager": 1.2})
+    assert cache.get(key) == {"verdict": "correct", "speedup_vs_eager": 1.2}
+    # A correct verdict left untimed once keeps the figures; a new verdict replaces them.
+    cache.put(key, {"verdict": "correct", "speedup_vs_eager": None})
+    assert cache.get(key) == {"verdict": "correct", "speedup_vs_eager": 1.2}
+    cache.put(key, {"verdict": "wrong_output", "speedup_vs_eager": None})
+    assert cache.get(key) == {"verdict": "wrong_output", "speedup_vs_eager": None}
+    # Untimed verdicts (the CPU sandbox) are served from the first.
+    plain = cache_key("p", "c", {"timing": False})
+    cache.put(plain, {"verdict": "correct", "speedup_vs_eager": None})
+    assert cache.get(plain) is not None
+    with pytest.raises(ValueError, match="at least 1"):
+        VerdictCache(8, timings_per_kernel=0)
+
+
+def test_the_client_sends_a_timed_kernel_again_until_its_timings_are_in() -> None:
+    timed = FakeClient()
+    timed.speedups = iter([2.0, 4.0, 3.0])
+    client = RewardClient(timed, timing=True, cache=VerdictCache(8, timings_per_kernel=3))
+    request = Request("p", PROBLEM, GOOD)
+    figures = [client.judge([request])[0][0]["speedup_vs_eager"] for _ in range(5)]
+    assert figures == [2.0, 4.0, 3.0, 3.0, 3.0] and len(timed.sent) == 3
