@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandbox import safe_fs
+from sandbox.isolation import JOB_TMP_DIR
 
 LAUNCHER = "__triton_launcher"
 # Scalar and pointer types as Triton spells them ("*fp32", "i32", "u1", "*kfp16", ...).
@@ -99,15 +100,20 @@ class LauncherCache:
             built = self._build(launcher_source(signature))
             with open(built, "rb") as handle:
                 library = handle.read()
-            # The job directory is the candidate's: a new name, written through a
-            # descriptor (`sandbox.safe_fs`), never a name it may have made a symlink.
+            # Into the candidate's own folder of the job directory (what its code may open
+            # there): a new name, written through descriptors (`sandbox.safe_fs`), never
+            # through a name it may have made a symlink.
             name = safe_fs.unique_name("launcher-", f"-{os.path.basename(built)}")
-            dir_fd = safe_fs.open_dir(job_dir)
+            job_fd = safe_fs.open_dir(job_dir)
+            try:
+                dir_fd = safe_fs.open_subdir(job_fd, JOB_TMP_DIR)
+            finally:
+                os.close(job_fd)
             try:
                 safe_fs.write_new(dir_fd, name, library)
             finally:
                 os.close(dir_fd)
-            return {"path": os.path.join(job_dir, name)}
+            return {"path": os.path.join(job_dir, JOB_TMP_DIR, name)}
         except Exception as err:  # noqa: BLE001 - the candidate then compiles it itself
             return {"error": f"{type(err).__name__}: {str(err)[:300]}"}
 

@@ -34,6 +34,13 @@ def open_dir(path: str) -> int:
     return os.open(path, DIR_OPEN)
 
 
+def open_subdir(dir_fd: int, name: str) -> int:
+    """A descriptor of the directory `name` in `dir_fd`, never through a symlink (the
+    entry may be the candidate's to replace)."""
+    _check_name(name)
+    return os.open(name, DIR_OPEN, dir_fd=dir_fd)
+
+
 def create_file(dir_fd: int, name: str, mode: int = 0o600) -> int:
     """A new, empty regular file `name` in `dir_fd`, open for reading and writing.
 

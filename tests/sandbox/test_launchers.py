@@ -15,6 +15,8 @@ from triton.backends.nvidia import driver
 from triton.runtime import build
 
 from sandbox import launchers
+from sandbox.guard_hatches import _OWN_FOLDERS
+from sandbox.isolation import JOB_TMP_DIR
 from sandbox.launchers import LAUNCHER, LauncherCache, launcher_source, valid_signature
 
 
@@ -111,7 +113,7 @@ def test_the_candidate_compiles_itself_when_the_grader_cannot(
 def test_the_graders_answer_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = LauncherCache(str(tmp_path / "cache"))
     job_dir = tmp_path / "job"
-    job_dir.mkdir()
+    (job_dir / JOB_TMP_DIR).mkdir(parents=True)
     assert "error" in cache.answer({"build_launcher": ["bogus type"]}, str(job_dir))
 
     def fake_compile(c_file: str, scratch: str) -> str:
@@ -123,7 +125,9 @@ def test_the_graders_answer_never_raises(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(LauncherCache, "_compile", staticmethod(fake_compile))
     first = cache.answer({"build_launcher": ["*fp32", "i32"]}, str(job_dir))
     assert Path(first["path"]).read_bytes() == b"built once"
-    assert Path(first["path"]).parent == job_dir
+    # In the candidate's own folder: what its code may open in the job directory.
+    assert Path(first["path"]).parent == job_dir / JOB_TMP_DIR
+    assert JOB_TMP_DIR in _OWN_FOLDERS
 
     def broken_compile(c_file: str, scratch: str) -> str:
         raise RuntimeError("gcc missing")
@@ -132,6 +136,27 @@ def test_the_graders_answer_never_raises(tmp_path: Path, monkeypatch: pytest.Mon
     # Cached: the same signature is not built again.
     assert "path" in cache.answer({"build_launcher": ["*fp32", "i32"]}, str(job_dir))
     assert "gcc missing" in cache.answer({"build_launcher": ["*fp16"]}, str(job_dir))["error"]
+
+
+def test_a_launcher_is_never_written_through_the_candidates_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The candidate owns its job directory and may make its folder a symlink to a host
+    directory: the grader then writes nothing, and the candidate compiles for itself."""
+    cache = LauncherCache(str(tmp_path / "cache"))
+    elsewhere, job_dir = tmp_path / "host", tmp_path / "job"
+    elsewhere.mkdir()
+    job_dir.mkdir()
+    (job_dir / JOB_TMP_DIR).symlink_to(elsewhere)
+
+    def fake_compile(c_file: str, scratch: str) -> str:
+        out = Path(scratch) / "built.so"
+        out.write_bytes(b"built")
+        return str(out)
+
+    monkeypatch.setattr(LauncherCache, "_compile", staticmethod(fake_compile))
+    assert "error" in cache.answer({"build_launcher": ["*fp32", "i32"]}, str(job_dir))
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_a_graders_candidates_ask_it_for_launchers(tmp_path: Path) -> None:
