@@ -95,7 +95,10 @@ def timing_commands(harness: Any) -> dict[str, Command]:
         given = device_tensors(msg["inputs"])[0]
         kept = empty(numel(given), dtype=uint8, device=host)
         copy(kept, given)
-        del given  # the grader's mapping, let go before any candidate code runs again
+        # Blank before it goes: a private copy returns to PyTorch's cache, where a later
+        # allocation of the candidate's would find every set; a mapping is let go.
+        zero(given)
+        del given
         buffer = empty(numel(kept), dtype=uint8, device=device)
         zero(buffer)
         staged.update(host=kept, device=buffer, spans=set_spans(msg["layout"]))

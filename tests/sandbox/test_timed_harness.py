@@ -137,3 +137,22 @@ def test_staging_again_starts_from_a_blank_buffer() -> None:
         assert replies[-1]["ok"]
     first, second = seen[:3], seen[3:]
     assert first == second and first[0] < first[1] < first[2]
+
+
+def test_the_memory_the_sets_arrived_in_is_blank_before_any_call() -> None:
+    """The sets arrive in device memory (a private copy from the grader's file, which goes
+    back to PyTorch's cache, or the grader's mapping): it is blanked before any candidate
+    code runs, so an allocation of the candidate's cannot find every set in it."""
+    sets = [[torch.full((32,), float(k + 1))] for k in range(3)]
+    packed, layout = timed_inputs.pack(sets, "cpu")
+    arrived: list[torch.Tensor] = []
+
+    def inputs(specs: list[dict]) -> list[torch.Tensor]:
+        arrived.append(packed.clone())
+        return [arrived[-1]]
+
+    harness, replies = _harness(packed, lambda x: x + 1)
+    harness._inputs = inputs
+    timed_harness.timing_commands(harness)["stage"]({"inputs": [{}], "layout": layout})
+    assert replies[-1] == {"ok": True}
+    assert packed.any() and not arrived[0].any()
