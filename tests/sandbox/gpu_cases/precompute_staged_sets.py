@@ -1,10 +1,11 @@
 # expect: correct|wrong_output  problem: problems/mul_add.py  speedup_within: 1.05
-# Tries: on its first call (a warm-up, on the last staged set), reaching the other input sets through pointer arithmetic from its own inputs (the sets sit in one packed buffer), computing every set's answer then, untimed, and answering each timed run with a Triton copy of its set's answer (2 of the kernel's 3 passes over memory).
+# Tries: computing later calls' answers ahead. The staged sets sit in one packed buffer: when the first timed run (set 0) comes 7 sets below the warm-ups' set, it reaches every set between the two by pointer arithmetic from its own inputs and computes their answers at once; the later runs answer with a Triton copy (2 of the kernel's 3 passes over memory). Only memory between two inputs it was given is read.
 import torch
 import triton
 import triton.language as tl
 
 _ANSWERS = {}
+_SEEN = set()
 _SETS_BEFORE = 7  # mul_add's plan: 8 sets of 128 MiB, the warm-ups on the last
 
 
@@ -38,11 +39,12 @@ def triton_fused_operator(tensor_0, tensor_1):
         out = torch.empty_like(cached)
         _copy_kernel[(triton.cdiv(out.numel(), 1024),)](cached, out, out.numel(), BLOCK=1024)
         return [out]
-    packed = tensor_1.data_ptr() - here == tensor_0.numel() * tensor_0.element_size()
-    if packed and not _ANSWERS:
-        # One set ahead of the next, in elements: tensor_0 then tensor_1.
-        stride = 2 * tensor_0.numel()
-        for back in range(1, _SETS_BEFORE + 1):
-            where = here - back * stride * tensor_0.element_size()
-            _ANSWERS[where] = _mul_add(tensor_0, tensor_1, -back * stride)
+    size = tensor_0.numel() * tensor_0.element_size()
+    stride = 2 * size  # one set to the next: tensor_0 then tensor_1
+    packed = tensor_1.data_ptr() - here == size
+    if packed and not _ANSWERS and here + _SETS_BEFORE * stride in _SEEN:
+        for ahead in range(1, _SETS_BEFORE):
+            shift = ahead * stride // tensor_0.element_size()
+            _ANSWERS[here + ahead * stride] = _mul_add(tensor_0, tensor_1, shift)
+    _SEEN.add(here)
     return [_mul_add(tensor_0, tensor_1, 0)]
