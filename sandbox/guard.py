@@ -140,6 +140,9 @@ class Stretch:
         self.values: list[Any] = []
         self.report: CallReport | None = None
         self.armed: Callable[[Callable[[], Any]], Callable[[], Any]] = lambda fn: fn
+        # The harness's own tensor work between a loop's calls (bringing a timed run's
+        # inputs onto the device), run with the guard's mode off the stack.
+        self.outside: Callable[[Callable[[], Any]], Any] = lambda fn: fn()
         self.steps = steps
 
     def hold(self, *values: Any) -> None:
@@ -273,7 +276,24 @@ def _build(device: str) -> Instruments:
         )
         if steps:
             made.armed = lambda fn: _armed(state, fn)
+            if plan is not None:
+                made.outside = outside
         return made
+
+    def outside(fn: Callable[[], Any]) -> Any:
+        """Run the harness's `fn` between a loop's calls, its PyTorch work unrefused. Never
+        while a call runs; and when the candidate left a mode above the guard's, `fn` runs
+        through the stack as it is (that mode is reported when the stretch ends)."""
+        if state.armed:
+            refuse(TAMPER, "reached the harness's own work from inside a call")
+        on_top = stack_len() and stack_at(stack_len() - 1) is mode
+        if on_top:
+            pop(None)
+        try:
+            return fn()
+        finally:
+            if on_top:
+                push(mode)
 
     return Instruments(stretch=stretch)
 

@@ -159,7 +159,8 @@ def timing_commands(harness: Any) -> dict[str, Command]:
             bring(index)
 
         def before_run(run: int) -> None:
-            bring(schedule[calls - runs + run])
+            index = schedule[calls - runs + run]
+            loop.outside(lambda: bring(index))
 
         def step() -> None:
             call = next_call()

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,8 +30,8 @@ inst = guard.install()
 why = lambda error: "runtime_error"
 reports = {}
 
-def run(name, body, undo=lambda: None):
-    with inst.call("normal", why) as call:
+def run(name, body, undo=lambda: None, steps=False):
+    with inst.call("normal", why, steps=steps) as call:
         body(call)
     undo()  # trusted code, unguarded: the next scenario starts clean
     failure = call.report.failure()
@@ -83,6 +84,23 @@ def clean(call):
     out = torch.empty(4)
     call.hold([out.view(2, 2)])
 
+src, dst = torch.arange(4.0), torch.zeros(4)
+
+def harness_copy(call):
+    call.armed(lambda: None)()
+    call.outside(lambda: dst.copy_(src))
+
+def copy_in_a_call(call):
+    call.armed(lambda: call.outside(lambda: dst.copy_(src)))()
+
+def copy_unwrapped(call):
+    dst.copy_(src)
+
+run("harness_copy", harness_copy, steps=True)
+copied = dst.tolist()
+run("copy_in_a_call", copy_in_a_call, steps=True)
+run("copy_unwrapped", copy_unwrapped, steps=True)
+reports["copied"] = copied
 run("finaliser", finaliser)
 run("gc_callback", gc_callback, gc.callbacks.clear)
 run("thread_left", thread_left, thread_gone)
@@ -128,6 +146,18 @@ def test_what_a_call_leaves_behind_is_reported(
     by the stretch it happened in (a refusal the candidate caught included)."""
     found = reports[scenario]
     assert found is not None and found[0] == verdict and says in found[1], found
+
+
+def test_the_harness_copies_between_a_loops_calls(reports: dict[str, Any]) -> None:
+    """`Stretch.outside` runs the harness's own copy between calls unrefused (a timed run's
+    inputs are brought onto the device there); the same copy unwrapped, or reached from
+    inside a call, is refused."""
+    assert reports["harness_copy"] is None
+    assert reports["copied"] == [0.0, 1.0, 2.0, 3.0]
+    assert reports["copy_unwrapped"][0] == "no_triton_kernel"  # refused, and no launch
+    assert "aten.copy_" in reports["copy_unwrapped"][1]
+    assert reports["copy_in_a_call"][0] == "tampering"
+    assert "harness's own work" in reports["copy_in_a_call"][1]
 
 
 def test_a_clean_call_after_them_reports_nothing(reports: dict[str, list[str] | None]) -> None:

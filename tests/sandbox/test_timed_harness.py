@@ -8,27 +8,54 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from sandbox import timed_harness, timed_inputs
 from sandbox.timing import Clock
 
+# What the guard's mode lets the harness do in a stretch outside the candidate's calls
+# (`sandbox.guard`: allocation, views, blanking; the timing's L2 flush is a zero_).
+_HARNESS_MAY = {"empty", "empty_strided", "zero_", "fill_", "detach", "alias"}
 
-class _Stretch:
-    """What `guard.Instruments.call` returns, doing nothing."""
+
+class _Stretch(TorchDispatchMode):
+    """What `guard.Instruments.call` returns: the guard's rule for the harness's own work
+    in a loop kept (PyTorch work between calls is refused unless run through `outside`),
+    its refusals recorded in `refused`."""
 
     report = None
 
-    def __enter__(self) -> _Stretch:
-        return self
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_call = self.in_outside = False
+        self.refused: list[str] = []
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        name = func.overloadpacket.__name__
+        if not (self.in_call or self.in_outside or func.is_view or name in _HARNESS_MAY):
+            self.refused.append(name)
+        return func(*args, **(kwargs or {}))
 
     def hold(self, *values: Any) -> None:
         return None
 
     def armed(self, fn: Any) -> Any:
-        return fn
+        def call() -> Any:
+            self.in_call = True
+            try:
+                return fn()
+            finally:
+                self.in_call = False
+
+        return call
+
+    def outside(self, fn: Any) -> Any:
+        assert not self.in_call, "the harness's own work reached from inside a call"
+        self.in_outside = True
+        try:
+            return fn()
+        finally:
+            self.in_outside = False
 
 
 def _clock() -> Clock:
@@ -54,6 +81,12 @@ def _clock() -> Clock:
 
 def _harness(packed: torch.Tensor, entry: Any) -> tuple[SimpleNamespace, list[dict]]:
     replies: list[dict] = []
+    stretches: list[_Stretch] = []
+
+    def call(*args: Any, **kwargs: Any) -> _Stretch:
+        stretches.append(_Stretch())
+        return stretches[-1]
+
     harness = SimpleNamespace(
         clock=_clock(),
         reply=lambda **payload: replies.append(payload),
@@ -61,7 +94,8 @@ def _harness(packed: torch.Tensor, entry: Any) -> tuple[SimpleNamespace, list[di
         classify=lambda error: "runtime_error",
         _send=lambda data: None,
         _dumps=lambda value: "",
-        instruments=SimpleNamespace(call=lambda *args, **kwargs: _Stretch()),
+        instruments=SimpleNamespace(call=call),
+        stretches=stretches,
         device="cpu",
         _inputs=lambda specs: [packed.clone()],
         _tensor=None,
@@ -106,6 +140,9 @@ def test_each_set_reaches_the_device_only_before_its_first_call() -> None:
     commands["time"]({**message, "keep": 4, "outputs": outputs})
     assert replies[-1]["ok"] and len(replies[-1]["times"]) == 4
     assert seen == [{4}, {4}, {4, 0}, {4, 0, 1}, {4, 0, 1, 2}, {4, 0, 1, 2, 3}]
+    # Each run's set was brought in between calls through `outside`, which the guard's
+    # mode lets pass; a copy anywhere else in the loop would be refused as PyTorch work.
+    assert harness.stretches[-1].refused == []
 
     # The host-clock loop's sets are all there before it starts (its clock runs throughout).
     seen.clear()
