@@ -58,11 +58,10 @@ def timing_commands(harness: Any) -> dict[str, Command]:
     dtypes = {
         str(d).removeprefix("torch."): d for d in vars(torch).values() if type(d) is torch.dtype
     }
-    unpack, reused, kept_calls, set_spans = (
+    unpack, reused, kept_calls = (
         timed_inputs.unpack,
         timed_inputs.reused_outputs,
         timed_inputs.kept_calls,
-        timed_inputs.set_spans,
     )
     perf, count, list_, tuple_, type_, len_, int_ = (
         time.perf_counter,
@@ -101,7 +100,7 @@ def timing_commands(harness: Any) -> dict[str, Command]:
         del given
         buffer = empty(numel(kept), dtype=uint8, device=device)
         zero(buffer)
-        staged.update(host=kept, device=buffer, spans=set_spans(msg["layout"]))
+        staged.update(host=kept, device=buffer, spans=msg["spans"])
         state["sets"] = unpack(buffer, msg["layout"], narrow=narrow, view=view, dtypes=dtypes)
         state["inputs_at"] = [storage_ptr(buffer)] if numel(buffer) else []
         sync()

@@ -173,13 +173,14 @@ def kept_calls(calls: int, keep: int) -> range:
 def layout_bytes(layout: Sequence[dict[str, Any]]) -> int:
     """Bytes of one set's tensors, as `Problem.input_layout` describes them (entries with a
     `shape` and a `dtype` name; other values take no device memory)."""
+    return sum(_entry_bytes(entry) for entry in layout if "shape" in entry)
+
+
+def _entry_bytes(entry: dict[str, Any]) -> int:
+    """Bytes of the tensor a layout entry (`shape`, `dtype` name) describes."""
     import torch
 
-    return sum(
-        math.prod(entry["shape"]) * getattr(torch, entry["dtype"]).itemsize
-        for entry in layout
-        if "shape" in entry
-    )
+    return math.prod(entry["shape"]) * getattr(torch, entry["dtype"]).itemsize
 
 
 # -- packing the sets into one buffer ------------------------------------------------------
@@ -218,9 +219,8 @@ def pack_layout(sets: Sequence[Sequence[Any]]) -> tuple[list[list[dict[str, Any]
 def set_spans(layout: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[int, int]]:
     """Per set of a `pack_layout`, the bytes of the buffer its tensors occupy: (start,
     length), (0, 0) for a set without tensors. The harness copies a set onto the device
-    by its span."""
-    import torch
-
+    by its span; the grader works the spans out and sends them (nothing computed in the
+    candidate's process, where `math` and `torch`'s dtypes are the candidate's to patch)."""
     spans = []
     for entries in layout:
         placed = [e for e in entries if "offset" in e]
@@ -228,10 +228,7 @@ def set_spans(layout: Sequence[Sequence[dict[str, Any]]]) -> list[tuple[int, int
             spans.append((0, 0))
             continue
         start = min(e["offset"] for e in placed)
-        end = max(
-            e["offset"] + math.prod(e["shape"]) * getattr(torch, e["dtype"]).itemsize
-            for e in placed
-        )
+        end = max(e["offset"] + _entry_bytes(e) for e in placed)
         spans.append((start, end - start))
     return spans
 

@@ -321,7 +321,12 @@ def stage_inputs(
     with ctx.exchange(proc) as exchange:  # the harness copies (or maps) the staged buffer
         in_specs = exchange.put("in", [staged], writable=False)
         reply = proc.request(
-            ctx.deadline, fds=exchange.descriptors(), cmd="stage", inputs=in_specs, layout=layout
+            ctx.deadline,
+            fds=exchange.descriptors(),
+            cmd="stage",
+            inputs=in_specs,
+            layout=layout,
+            spans=timed_inputs.set_spans(layout),  # worked out here, not by the candidate
         )
     raise_if_gpu_full(reply)
     if not reply.get("ok"):

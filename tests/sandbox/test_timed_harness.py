@@ -131,7 +131,7 @@ def test_each_set_reaches_the_device_only_before_its_first_call() -> None:
 
     harness, replies = _harness(packed, entry)
     commands = timed_harness.timing_commands(harness)
-    commands["stage"]({"inputs": [{}], "layout": layout})
+    commands["stage"]({"inputs": [{}], "layout": layout, "spans": timed_inputs.set_spans(layout)})
     assert replies[-1] == {"ok": True}
     schedule = plan.schedule(plan.warmup + plan.runs)
     assert schedule == [4, 4, 0, 1, 2, 3]
@@ -169,7 +169,9 @@ def test_staging_again_starts_from_a_blank_buffer() -> None:
     message = {"slot": "events", "wall": False, "runs": 2, "warmup": 1, "schedule": [2, 0, 1]}
     outputs = [{"shape": [16], "dtype": "float32"}]
     for _ in range(2):
-        commands["stage"]({"inputs": [{}], "layout": layout})
+        commands["stage"](
+            {"inputs": [{}], "layout": layout, "spans": timed_inputs.set_spans(layout)}
+        )
         commands["time"]({**message, "keep": 2, "outputs": outputs})
         assert replies[-1]["ok"]
     first, second = seen[:3], seen[3:]
@@ -190,6 +192,8 @@ def test_the_memory_the_sets_arrived_in_is_blank_before_any_call() -> None:
 
     harness, replies = _harness(packed, lambda x: x + 1)
     harness._inputs = inputs
-    timed_harness.timing_commands(harness)["stage"]({"inputs": [{}], "layout": layout})
+    timed_harness.timing_commands(harness)["stage"](
+        {"inputs": [{}], "layout": layout, "spans": timed_inputs.set_spans(layout)}
+    )
     assert replies[-1] == {"ok": True}
     assert packed.any() and not arrived[0].any()

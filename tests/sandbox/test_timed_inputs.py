@@ -190,7 +190,9 @@ def _harness(entry: Callable[..., Any]) -> tuple[Any, dict[str, Callable[..., No
     commands = timing_commands(harness)
     sets = [[torch.full((4,), float(i))] for i in range(6)]
     buffer, layout = timed_inputs.pack(sets, "cpu")
-    commands["stage"]({"inputs": [{"tensor": buffer}], "layout": layout})
+    commands["stage"](
+        {"inputs": [{"tensor": buffer}], "layout": layout, "spans": timed_inputs.set_spans(layout)}
+    )
     sent.clear()
     return harness, commands, sent
 
