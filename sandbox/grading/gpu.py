@@ -16,6 +16,7 @@ import math
 import os
 import re
 import sys
+import warnings
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -187,10 +188,25 @@ def release_gpu_memory() -> None:
         print(
             f"drtriton grader {os.getpid()}: {reserved / GIB:.2f} GiB of GPU memory "
             f"still held after a job ({torch.cuda.memory_allocated() / GIB:.2f} GiB "
-            "in live tensors)",
+            f"in live tensors{_largest_live()})",
             file=sys.stderr,
             flush=True,
         )
+
+
+def _largest_live(count: int = 3) -> str:
+    """The largest CUDA tensors still reachable, for the report of memory held after a
+    job: `; largest: [shape] dtype, ...` (empty when none is found)."""
+    found = []
+    with warnings.catch_warnings():  # (some of torch's module objects warn when looked at)
+        warnings.simplefilter("ignore")
+        for value in gc.get_objects():
+            with contextlib.suppress(Exception):
+                if isinstance(value, torch.Tensor) and value.is_cuda:
+                    found.append((value.untyped_storage().nbytes(), value))
+    found.sort(key=lambda pair: -pair[0])
+    shown = [f"{list(t.shape)} {str(t.dtype).removeprefix('torch.')}" for _, t in found[:count]]
+    return f"; largest: {', '.join(shown)}" if shown else ""
 
 
 _SIZE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
