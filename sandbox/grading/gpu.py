@@ -16,8 +16,8 @@ import math
 import os
 import re
 import sys
-import warnings
 import time
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
