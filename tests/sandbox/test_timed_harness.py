@@ -1,9 +1,15 @@
-"""The harness's timing commands (`sandbox.timed_harness`) on the CPU, around a stand-in
-harness: no jail, no guard and a scripted clock, so that what is checked is the commands'
-own logic (the GPU tests run them for real in a candidate process)."""
+"""The harness's timing commands (`sandbox.timed_harness`) on the CPU, with a scripted
+clock: around a stand-in harness (no jail, no guard) for the commands' own logic, and once
+in a subprocess with the real instruments installed, for what the guard lets the harness
+do between calls (the GPU tests run them for real in a candidate process)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -56,6 +62,9 @@ class _Stretch(TorchDispatchMode):
             return fn()
         finally:
             self.in_outside = False
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _clock() -> Clock:
@@ -197,3 +206,97 @@ def test_the_memory_the_sets_arrived_in_is_blank_before_any_call() -> None:
     )
     assert replies[-1] == {"ok": True}
     assert packed.any() and not arrived[0].any()
+
+
+# The timing commands inside a process with the real instruments installed (the CPU's
+# interpreter runs the kernel; a stand-in clock): the harness's own work in a loop (the
+# sets brought in between calls, the flush) must pass the guard, and a PyTorch entry
+# must not. The stand-ins above cannot show the first: only the real guard refuses.
+_GUARDED_LOOP = r"""
+import json
+from types import SimpleNamespace
+import torch
+import triton
+import triton.language as tl
+import sandbox.candidate  # noqa: F401  (imported before the guard, as in a candidate process)
+from sandbox import guard, timed_harness, timed_inputs
+from sandbox.timing import Clock
+
+inst = guard.install()
+replies = []
+
+@triton.jit
+def _double(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+def triton_entry(x):
+    out = torch.empty_like(x)
+    _double[(triton.cdiv(x.numel(), 64),)](x, out, x.numel(), BLOCK=64)
+    return out
+
+def torch_entry(x):
+    return x * 2
+
+flush_buffer = torch.empty(1024, dtype=torch.int32)
+ticks = iter(range(10_000))
+
+class Event:
+    def __init__(self, enable_timing):
+        self.at = 0.0
+
+def record(event):
+    event.at = float(next(ticks))
+
+clock = Clock(event_type=Event, record=record, elapsed=lambda s, e: e.at - s.at,
+              synchronize=lambda: None, flush=lambda: flush_buffer.zero_(), busy=lambda: None,
+              cycles_per_us=1.0)
+
+def refused(report):
+    failure = report.failure()
+    if failure is None:
+        return False
+    replies.append({"ok": False, "error_type": failure[0], "message": failure[1][-200:]})
+    return True
+
+sets = [[torch.full((100,), float(k + 1))] for k in range(4)]
+packed, layout = timed_inputs.pack(sets, "cpu")
+results = {}
+for name, entry in [("triton", triton_entry), ("torch", torch_entry)]:
+    harness = SimpleNamespace(
+        clock=clock, reply=lambda **payload: replies.append(payload), refused=refused,
+        classify=lambda error: "runtime_error", _send=lambda data: None, _dumps=lambda v: "",
+        instruments=inst, device="cpu", _inputs=lambda specs: [packed.clone()], _tensor=None,
+        _sync=lambda: None, _settle=lambda: None,
+        _storage_ptr=lambda t: t.untyped_storage().data_ptr(), entry=entry, seq=1)
+    commands = timed_harness.timing_commands(harness)
+    commands["stage"]({"inputs": [{}], "layout": layout, "spans": timed_inputs.set_spans(layout)})
+    staged = replies[-1]
+    commands["time"]({"slot": "events", "wall": False, "runs": 3, "warmup": 1,
+                      "schedule": [3, 0, 1, 2], "keep": 3,
+                      "outputs": [{"shape": [100], "dtype": "float32"}]})
+    timed = {k: v for k, v in replies[-1].items() if k != "loop_s"}
+    results[name] = {"stage": staged, "time": timed}
+print(json.dumps(results))
+"""
+
+
+def test_the_timing_commands_pass_the_real_guard(tmp_path: Path) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _GUARDED_LOOP],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,  # the audit hook takes the working directory as the job's
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["triton"]["stage"] == {"ok": True}
+    assert results["triton"]["time"] == {"ok": True, "times": [1.0, 1.0, 1.0]}
+    refused = results["torch"]["time"]
+    assert refused["ok"] is False and refused["error_type"] == "no_triton_kernel"
+    assert "aten.mul" in refused["message"]
