@@ -42,6 +42,30 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
+def out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is XLA running out of device (or host) memory."""
+    import jax
+
+    return isinstance(err, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(err)
+
+
+def _memory_advice(err: BaseException, cfg: Any, kind: str) -> str:
+    """One line for a step that did not fit: what was asked, what to change, what is kept."""
+    import jax
+
+    asked = str(err).split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
+    knobs = (
+        "data.batch_size or data.seq_len"
+        if kind == "sft"
+        else "rl.prompts_per_step, rl.group_size or rl.max_new_tokens"
+    )
+    return (
+        f"drtriton train {kind}: out of memory on {jax.default_backend()} ({asked}). "
+        f"Lower {knobs}, raise optim.grad_accum, or set model.remat=true; "
+        f"checkpoints already in {cfg.run_dir} are intact and the run resumes from the newest"
+    )
+
+
 def load_cli_config(args: argparse.Namespace) -> Any:
     from learner.train.config import ConfigError, load_config
 
@@ -62,6 +86,11 @@ def _sft(args: argparse.Namespace) -> int:
         summary = run_sft(cfg)
     except _user_errors() as err:
         raise _usage(_one_line(err)) from None
+    except Exception as err:
+        if not out_of_memory(err):
+            raise
+        print(_memory_advice(err, cfg, "sft"), file=sys.stderr)
+        return 1
     print(f"sft: step {summary['step']} in {cfg.run_dir}")
     return 0
 
@@ -77,6 +106,11 @@ def _rl(args: argparse.Namespace) -> int:
     except (LogprobGapError, SandboxStarvedError) as err:
         # The run stopped itself: its objective would have been corrupted. Checkpoints stay.
         print(f"drtriton train rl: stopped: {_one_line(err)}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        if not out_of_memory(err):
+            raise
+        print(_memory_advice(err, cfg, "rl"), file=sys.stderr)
         return 1
     print(f"rl: step {summary['steps']} at level {summary['level']} in {cfg.run_dir}")
     return 0

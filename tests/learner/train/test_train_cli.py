@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,3 +129,27 @@ def test_an_unreachable_sandbox_is_refused_before_training(
     line = _error_line(capsys, args)
     assert "no sandbox server" in line and "sandbox.servers" in line
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("kind", "knob"), [("sft", "data.batch_size"), ("rl", "rl.group_size")])
+def test_a_step_that_does_not_fit_says_what_to_change(
+    kind: str, knob: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """XLA running out of memory is one line naming the allocation and the settings that
+    shrink a step, with exit status 1: not a traceback."""
+    import jax.numpy as jnp
+
+    from learner.rl import trainer
+    from learner.train import sft
+
+    def too_big(cfg: Any) -> None:
+        jnp.zeros((2**42,), jnp.float32).block_until_ready()  # 16 TiB: refused at once
+
+    monkeypatch.setattr(sft if kind == "sft" else trainer, f"run_{kind}", too_big)
+    code = drtriton_cli.main(
+        ["train", kind, "--config", "tiny-cpu", "--run-dir", str(tmp_path / "run")]
+    )
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"drtriton train {kind}: out of memory on cpu" in err
+    assert "17592186044416 bytes" in err and knob in err and "Traceback" not in err
