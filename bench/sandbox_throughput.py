@@ -43,10 +43,16 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sandbox.result import VerifyResult
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -643,10 +649,8 @@ def counts(text: str) -> list[int]:
     return values
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_harness"]:
-        return harness_main(argv[1:])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line: count lists are checked here, before any server starts."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small CPU-sized smoke run")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -696,211 +700,336 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="write the markdown report here")
     parser.add_argument("--server-log", type=Path, help="append the servers' stderr here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def write_case(workdir: Path, case: Case, stem: str) -> tuple[Path, Path]:
+    """The case's problem and candidate as files: the plain harness imports them."""
+    problem, candidate = workdir / f"{stem}_problem.py", workdir / f"{stem}_candidate.py"
+    problem.write_text(case.problem)
+    candidate.write_text(case.candidate)
+    return problem, candidate
+
+
+def write_cases(workdir: Path, cases: Iterable[Case]) -> dict[str, tuple[Path, Path]]:
+    """Each case's files by name, numbered in order; a name seen before keeps its first files
+    (the case sets of different group sizes can share names)."""
+    files: dict[str, tuple[Path, Path]] = {}
+    for case in cases:
+        if case.name not in files:
+            files[case.name] = write_case(workdir, case, str(len(files)))
+    return files
+
+
+@dataclass
+class Fidelity:
+    """The timing-fidelity kernels and their figures so far: the report is rewritten after
+    each measurement, so a run cut short still shows what it had."""
+
+    probe: Case  # one kernel verified `repeats` times: the spread of its medians
+    same: Case  # eager relu's memory traffic in Triton: its speedup should read ~1.00
+    identical: Case  # the problem runs the candidate's own kernel: 1.00 is exact
+    repeats: int
+    probe_ms: list[float] = field(default_factory=list)
+    probe_plain_ms: list[float] = field(default_factory=list)
+    same_speed: list[float] = field(default_factory=list)
+    identical_speed: list[float] = field(default_factory=list)
+    same_speed_loaded: list[float] = field(default_factory=list)
+    loaded_jobs: int = 0  # load jobs the other workers verified during `same_speed_loaded`
+
+    def lines(self) -> list[str]:
+        """The report's timing-fidelity section, one bullet per check."""
+        if self.repeats == 0:
+            return ["- not measured (--repeats 0)"]
+        no_timing = "n/a (no timing on this device)"
+        return [
+            f"- one kernel (`{self.probe.name}`) verified {self.repeats} times, candidate "
+            "median ms: " + (spread(self.probe_ms) if self.probe_ms else no_timing),
+            f"- the same kernel in the plain harness {self.repeats} times: "
+            + (spread(self.probe_plain_ms) if self.probe_plain_ms else "n/a"),
+            f"- same-speed check (Triton relu vs torch.relu, {self.same.name}), speedup vs "
+            "eager: " + (spread(self.same_speed) if self.same_speed else no_timing),
+            "- identical-kernel check (the problem runs the candidate's own Triton kernel: "
+            "1.00 is exact), speedup vs eager: "
+            + (spread(self.identical_speed) if self.identical_speed else no_timing),
+            f"- same-speed check under load ({self.loaded_jobs} GiB elementwise jobs verified "
+            "by the other workers meanwhile), speedup vs eager: "
+            + (
+                spread(self.same_speed_loaded)
+                if self.same_speed_loaded
+                else "n/a (no timing on this device, or one worker)"
+            ),
+        ]
+
+
+def prepare_cases(
+    workdir: Path, case_sets: dict[int, list[Case]], small: bool, repeats: int
+) -> tuple[dict[str, tuple[Path, Path]], Fidelity]:
+    """Every case written to `workdir` (for the plain harness), and the fidelity kernels."""
+    same = same_speed_case(small)
+    identical = identical_case(small)
+    files = write_cases(
+        workdir, [c for cases in case_sets.values() for c in cases] + [same, identical]
+    )
+    # Fidelity needs a kernel long enough to time (tens of microseconds on a GPU).
+    first_set = next(iter(case_sets.values()))
+    probe = first_set[0] if small else softmax_case((4096, 4096))
+    if probe.name not in files:
+        files[probe.name] = write_case(workdir, probe, "probe")
+    return files, Fidelity(probe, same, identical, repeats)
+
+
+def measure_reference(console: Console) -> float | None:
+    """The machine's bare CUDA processes a second, measured before any server forks: the
+    ceiling each row's rate is read against."""
+    console.print("[bold]the machine's bare CUDA processes a second[/] ...")
+    process_rate = cuda_process_rate()
+    print(
+        f"bare CUDA processes: {process_rate:.2f}/s"
+        if process_rate
+        else "bare CUDA processes: not measured (bench.cuda_lifecycles failed)",
+        flush=True,
+    )
+    return process_rate
+
+
+@dataclass
+class Bench:
+    """One run's settings and everything it has measured so far."""
+
+    args: argparse.Namespace
+    console: Console  # progress, on stderr
+    device: str
+    timing: bool  # the device can time kernels (CUDA)
+    small: bool  # CPU-sized shapes
+    files: dict[str, tuple[Path, Path]]  # each case's problem and candidate files, by name
+    fidelity: Fidelity
+    process_rate: float | None = None  # bare CUDA processes a second, if measured
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        """The markdown report of what has been measured so far."""
+        return render(
+            self.rows,
+            self.device,
+            self.timing,
+            self.fidelity.lines(),
+            self.notes,
+            self.process_rate,
+        )
+
+    def save(self) -> None:
+        """Write the report as it stands: called after every measurement, so none is lost."""
+        if self.args.out:
+            self.args.out.parent.mkdir(parents=True, exist_ok=True)
+            self.args.out.write_text(self.report())
+
+
+def account_results(row: Row, cases: list[Case], results: list[VerifyResult]) -> list[str]:
+    """Add the server's answers to `row` (verdicts, job seconds, each stage's seconds and
+    the time no stage accounts for); a note for each candidate that was not correct."""
+    notes = []
+    row.sandbox_verdicts = Counter(r.verdict for r in results)
+    for case, result in zip(cases, results, strict=True):
+        row.job_s += result.elapsed_s
+        for name, seconds in result.stage_seconds.items():
+            row.stages.setdefault(name, []).append(seconds)
+        row.stages.setdefault("other", []).append(
+            other_seconds(result.stage_seconds, result.elapsed_s)
+        )
+        if not result.correct:
+            first = result.message.splitlines()[0] if result.message else ""
+            notes.append(f"{row.workers} workers: {case.name}: {result.verdict}: {first}")
+    return notes
+
+
+def verify_row(client: Any, row: Row, cases: list[Case]) -> list[str]:
+    """Verify the row's candidates, `in_flight` per worker at once, timing the whole and the
+    host's CPU use; notes for those not correct."""
+    items = [{"problem": c.problem, "candidate": c.candidate, "timing": row.timed} for c in cases]
+    started = time.monotonic()
+    busy_before, total_before = cpu_times()
+    results = verify_logged(client, items, row.in_flight * row.workers)
+    row.sandbox_s = time.monotonic() - started
+    busy_after, total_after = cpu_times()
+    if total_after > total_before:
+        row.cpu_busy = (busy_after - busy_before) / (total_after - total_before)
+    return account_results(row, cases, results)
+
+
+def verify_speedups(bench: Bench, client: Any, case: Case, speeds: list[float]) -> None:
+    """Verify `case` once per repeat, one job at a time, keeping its speedups vs eager."""
+    for _ in range(bench.fidelity.repeats):
+        r = client.verify(case.problem, case.candidate, timing=bench.timing)
+        if r.speedup_vs_eager is not None:
+            speeds.append(r.speedup_vs_eager)
+        elif not r.correct:
+            bench.notes.append(f"{case.name}: {r.verdict}: {r.message[:200]}")
+        bench.save()
+
+
+def measure_fidelity(bench: Bench, client: Any, workers: int) -> None:
+    """Timing fidelity on the first, quietest server: one job at a time, then the
+    same-speed check again while the other workers verify GiB kernels."""
+    fidelity = bench.fidelity
+    for _ in range(fidelity.repeats):
+        r = client.verify(fidelity.probe.problem, fidelity.probe.candidate, timing=bench.timing)
+        if r.candidate_ms is not None:
+            fidelity.probe_ms.append(r.candidate_ms)
+        bench.save()
+    verify_speedups(bench, client, fidelity.same, fidelity.same_speed)
+    # The identical kernel runs in the grader: only a GPU grader has Triton live.
+    if bench.timing:
+        verify_speedups(bench, client, fidelity.identical, fidelity.identical_speed)
+    if bench.timing and workers > 1:
+        # What a timed loop meets in a teacher or RL run.
+        load = [
+            {"problem": c.problem, "candidate": c.candidate, "timing": True}
+            for c in load_cases(bench.small)
+        ]
+        fidelity.loaded_jobs = while_loaded(
+            client,
+            load,
+            workers - 1,
+            lambda: verify_speedups(bench, client, fidelity.same, fidelity.same_speed_loaded),
+        )
+        bench.save()
+
+
+def run_row(bench: Bench, row: Row, cases: list[Case]) -> int:
+    """One throughput row on a server of its own (fidelity too, on the first); the exit
+    code: 2 if the server did not start."""
+    from sandbox.client import SandboxClient
+
+    bench.console.print(
+        f"[bold]{row.workers} worker(s), {row.per_problem} per problem, {row.spares} spare(s), "
+        f"{row.in_flight} in flight per worker{'' if row.timed else ', untimed'}[/]: "
+        "sandbox server ..."
+    )
+    started = time.monotonic()
+    try:
+        server = Server(
+            row.workers,
+            bench.device,
+            max(256, 4 * len(cases)),
+            bench.args.allow_weak_isolation,
+            bench.args.server_log,
+            row.spares,
+        )
+    except RuntimeError as err:
+        bench.console.print(f"drtriton: error: {err}", markup=False)
+        return 2
+    row.startup_s = time.monotonic() - started
+    print(f"server up in {row.startup_s:.1f} s", flush=True)
+    try:
+        with SandboxClient(server.target, timeout_s=3600) as client:
+            bench.notes.extend(verify_row(client, row, cases))
+            bench.rows.append(row)
+            bench.save()  # each measurement is written as soon as it exists
+            if len(bench.rows) == 1:
+                measure_fidelity(bench, client, row.workers)
+    finally:
+        code = server.stop()
+        if code != 0:
+            bench.notes.append(f"server with {row.workers} workers exited {code}")
+    bench.save()
+    return 0
+
+
+def run_plain_row(bench: Bench, row: Row, cases: list[Case]) -> None:
+    """The row's candidates (the first `--plain-candidates`) through the plain harness, as
+    many processes at once as the server had workers: the sandbox's rate's comparison."""
+    plain_cases = cases[: bench.args.plain_candidates or len(cases)]
+    bench.console.print(
+        f"[bold]{row.workers} worker(s)[/]: plain harness, {len(plain_cases)} candidates ..."
+    )
+    row.plain_s, row.plain_outcomes, _ = run_plain(
+        plain_cases, bench.files, row.workers, bench.device
+    )
+    row.plain_count = len(plain_cases)
+    bench.save()
+
+
+def measure_plain_fidelity(bench: Bench) -> None:
+    """The fidelity kernel in the plain harness, one process at a time: the spread of a
+    harness without isolation, next to the sandbox's."""
+    fidelity = bench.fidelity
+    for _ in range(fidelity.repeats):
+        _, _, [r] = run_plain([fidelity.probe], bench.files, 1, bench.device)
+        if "candidate_ms" in r:
+            fidelity.probe_plain_ms.append(r["candidate_ms"])
+
+
+def run_rows(
+    bench: Bench, case_sets: dict[int, list[Case]], worker_counts: list[int], began: float
+) -> int:
+    """A row for each combination of the count lists (and timing modes), until
+    `--max-seconds`; the plain harness for the first group size and spare count. The
+    exit code: 2 if a server did not start."""
+    args = bench.args
+    timing_modes = [
+        m for m in (True, False) if bench.timing and args.timing in ("both", "on" if m else "off")
+    ]
+    for workers, group, spares, in_flight, timed in itertools.product(
+        worker_counts, args.per_problem, args.spares, args.in_flight, timing_modes or [False]
+    ):
+        if args.max_seconds and time.monotonic() - began > args.max_seconds:
+            bench.notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
+            continue
+        cases = case_sets[group]
+        row = Row(workers, group, count=len(cases), spares=spares, in_flight=in_flight, timed=timed)
+        if code := run_row(bench, row, cases):
+            return code
+        if not args.skip_plain and group == args.per_problem[0] and spares == args.spares[0]:
+            run_plain_row(bench, row, cases)
+    return 0
+
+
+def remove_workdir(workdir: Path) -> None:
+    """Delete the case files and their directory; a leftover temp file fails no run."""
+    with contextlib.suppress(OSError):
+        for path in workdir.iterdir():
+            path.unlink()
+        workdir.rmdir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the bench (or, as `_harness`, one plain-harness process); 2 if a server did not
+    start."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_harness"]:
+        return harness_main(argv[1:])
+    args = parse_args(argv)
 
     from rich.console import Console
 
-    from sandbox.client import SandboxClient
     from sandbox.config import resolve_device
 
     console = Console(stderr=True)
     began = time.monotonic()
     device = resolve_device(args.device)
     worker_counts = args.workers or ([1, 2] if args.quick else [1, 2, 4, 8, 16])
-    groups = args.per_problem
     count = args.candidates or (15 if args.quick else 200)  # 15: every template once
     repeats = 3 if args.quick else args.repeats
     small = args.quick or device == "cpu"
     timing = device == "cuda"
 
     workdir = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
-    files: dict[str, tuple[Path, Path]] = {}
-    case_sets = {g: generate_cases(count, small, per_problem=g) for g in groups}
-    same = same_speed_case(small)
-    identical = identical_case(small)
-    for case in [c for cases in case_sets.values() for c in cases] + [same, identical]:
-        if case.name in files:
-            continue
-        index = len(files)
-        problem, candidate = workdir / f"{index}_problem.py", workdir / f"{index}_candidate.py"
-        problem.write_text(case.problem)
-        candidate.write_text(case.candidate)
-        files[case.name] = (problem, candidate)
-
-    rows: list[Row] = []
-    fidelity: list[float] = []
-    fidelity_plain: list[float] = []
-    same_speed: list[float] = []
-    same_speed_loaded: list[float] = []
-    loaded_jobs = [0]
-    identical_speed: list[float] = []
-    notes: list[str] = []
-    # Fidelity needs a kernel long enough to time (tens of microseconds on a GPU).
-    probe = case_sets[groups[0]][0] if small else softmax_case((4096, 4096))
-    if probe.name not in files:
-        files[probe.name] = (workdir / "probe_problem.py", workdir / "probe_candidate.py")
-        files[probe.name][0].write_text(probe.problem)
-        files[probe.name][1].write_text(probe.candidate)
-
-    def fidelity_lines() -> list[str]:
-        if repeats == 0:
-            return ["- not measured (--repeats 0)"]
-        return [
-            f"- one kernel (`{probe.name}`) verified {repeats} times, candidate median ms: "
-            + (spread(fidelity) if fidelity else "n/a (no timing on this device)"),
-            f"- the same kernel in the plain harness {repeats} times: "
-            + (spread(fidelity_plain) if fidelity_plain else "n/a"),
-            f"- same-speed check (Triton relu vs torch.relu, {same.name}), speedup vs eager: "
-            + (spread(same_speed) if same_speed else "n/a (no timing on this device)"),
-            "- identical-kernel check (the problem runs the candidate's own Triton kernel: "
-            "1.00 is exact), speedup vs eager: "
-            + (spread(identical_speed) if identical_speed else "n/a (no timing on this device)"),
-            f"- same-speed check under load ({loaded_jobs[0]} GiB elementwise jobs verified "
-            "by the other workers meanwhile), speedup vs eager: "
-            + (
-                spread(same_speed_loaded)
-                if same_speed_loaded
-                else "n/a (no timing on this device, or one worker)"
-            ),
-        ]
-
-    process_rate = None
-    if timing and not args.no_reference:
-        console.print("[bold]the machine's bare CUDA processes a second[/] ...")
-        process_rate = cuda_process_rate()
-        print(
-            f"bare CUDA processes: {process_rate:.2f}/s"
-            if process_rate
-            else "bare CUDA processes: not measured (bench.cuda_lifecycles failed)",
-            flush=True,
-        )
-
-    def report() -> str:
-        return render(rows, device, timing, fidelity_lines(), notes, process_rate)
-
-    def save() -> None:
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(report())
-
-    timing_modes = [
-        m for m in (True, False) if timing and args.timing in ("both", "on" if m else "off")
-    ]
-    for workers, group, spares, in_flight, timed in itertools.product(
-        worker_counts, groups, args.spares, args.in_flight, timing_modes or [False]
-    ):
-        if args.max_seconds and time.monotonic() - began > args.max_seconds:
-            notes.append(f"skipped {workers} workers x {group}: past --max-seconds")
-            continue
-        cases = case_sets[group]
-        row = Row(workers, group, count=len(cases), spares=spares, in_flight=in_flight, timed=timed)
-        console.print(
-            f"[bold]{workers} worker(s), {group} per problem, {spares} spare(s), "
-            f"{in_flight} in flight per worker{'' if timed else ', untimed'}[/]: sandbox server ..."
-        )
-        started = time.monotonic()
-        try:
-            server = Server(
-                workers,
-                device,
-                max(256, 4 * len(cases)),
-                args.allow_weak_isolation,
-                args.server_log,
-                spares,
-            )
-        except RuntimeError as err:
-            console.print(f"drtriton: error: {err}", markup=False)
-            return 2
-        row.startup_s = time.monotonic() - started
-        print(f"server up in {row.startup_s:.1f} s", flush=True)
-        try:
-            with SandboxClient(server.target, timeout_s=3600) as client:
-                items = [
-                    {"problem": c.problem, "candidate": c.candidate, "timing": timed} for c in cases
-                ]
-                started = time.monotonic()
-                busy_before, total_before = cpu_times()
-                results = verify_logged(client, items, in_flight * workers)
-                row.sandbox_s = time.monotonic() - started
-                busy_after, total_after = cpu_times()
-                if total_after > total_before:
-                    row.cpu_busy = (busy_after - busy_before) / (total_after - total_before)
-                row.sandbox_verdicts = Counter(r.verdict for r in results)
-                for case, result in zip(cases, results, strict=True):
-                    row.job_s += result.elapsed_s
-                    for name, seconds in result.stage_seconds.items():
-                        row.stages.setdefault(name, []).append(seconds)
-                    row.stages.setdefault("other", []).append(
-                        other_seconds(result.stage_seconds, result.elapsed_s)
-                    )
-                    if not result.correct:
-                        first = result.message.splitlines()[0] if result.message else ""
-                        notes.append(f"{workers} workers: {case.name}: {result.verdict}: {first}")
-                rows.append(row)
-                save()  # each measurement is written as soon as it exists
-                if len(rows) == 1:
-                    # Fidelity on the first, quietest server: one job at a time.
-                    for _ in range(repeats):
-                        r = client.verify(probe.problem, probe.candidate, timing=timing)
-                        if r.candidate_ms is not None:
-                            fidelity.append(r.candidate_ms)
-                        save()
-                    # The identical kernel runs in the grader: only a GPU grader has Triton live.
-                    pairs = [(same, same_speed)] + (
-                        [(identical, identical_speed)] if timing else []
-                    )
-
-                    def measure(case: Case, speeds: list[float]) -> None:
-                        for _ in range(repeats):
-                            r = client.verify(case.problem, case.candidate, timing=timing)
-                            if r.speedup_vs_eager is not None:
-                                speeds.append(r.speedup_vs_eager)
-                            elif not r.correct:
-                                notes.append(f"{case.name}: {r.verdict}: {r.message[:200]}")
-                            save()
-
-                    for case, speeds in pairs:
-                        measure(case, speeds)
-                    if timing and workers > 1:
-                        # The same check while the other workers verify GiB kernels:
-                        # what a timed loop meets in a teacher or RL run.
-                        load = [
-                            {"problem": c.problem, "candidate": c.candidate, "timing": True}
-                            for c in load_cases(small)
-                        ]
-                        loaded_jobs[0] = while_loaded(
-                            client, load, workers - 1, lambda: measure(same, same_speed_loaded)
-                        )
-                        save()
-        finally:
-            code = server.stop()
-            if code != 0:
-                notes.append(f"server with {workers} workers exited {code}")
-        if not any(r is row for r in rows):
-            rows.append(row)
-        save()
-        if not args.skip_plain and group == groups[0] and spares == args.spares[0]:
-            plain_cases = cases[: args.plain_candidates or len(cases)]
-            console.print(
-                f"[bold]{workers} worker(s)[/]: plain harness, {len(plain_cases)} candidates ..."
-            )
-            row.plain_s, row.plain_outcomes, _ = run_plain(plain_cases, files, workers, device)
-            row.plain_count = len(plain_cases)
-            save()
+    case_sets = {g: generate_cases(count, small, per_problem=g) for g in args.per_problem}
+    files, fidelity = prepare_cases(workdir, case_sets, small, repeats)
+    process_rate = measure_reference(console) if timing and not args.no_reference else None
+    bench = Bench(args, console, device, timing, small, files, fidelity, process_rate)
+    if code := run_rows(bench, case_sets, worker_counts, began):
+        return code
     if timing and not args.skip_plain:
-        for _ in range(repeats):
-            _, _, [r] = run_plain([probe], files, 1, device)
-            if "candidate_ms" in r:
-                fidelity_plain.append(r["candidate_ms"])
+        measure_plain_fidelity(bench)
 
-    Console(soft_wrap=True).print(report(), markup=False)
-    save()
+    Console(soft_wrap=True).print(bench.report(), markup=False)
+    bench.save()
     if args.out:
         console.print(f"wrote {args.out}")
-    with contextlib.suppress(OSError):
-        for path in workdir.iterdir():
-            path.unlink()
-        workdir.rmdir()
+    remove_workdir(workdir)
     return 0
 
 

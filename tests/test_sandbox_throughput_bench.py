@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from bench.sandbox_throughput import (
+    Fidelity,
     Row,
     Server,
+    account_results,
     busy_share,
     counts,
     cuda_process_rate,
@@ -20,8 +22,10 @@ from bench.sandbox_throughput import (
     other_seconds,
     parse_lifecycle_rates,
     render,
+    same_speed_case,
     while_loaded,
 )
+from sandbox.result import VerifyResult
 
 
 def test_other_time_counts_each_second_once() -> None:
@@ -106,3 +110,29 @@ def test_the_machines_ceiling_is_read_from_the_lifecycles_bench_and_shared_out()
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_without_a_gpu_the_ceiling_is_not_measured() -> None:
     assert cuda_process_rate(seconds=0.1) is None
+
+
+def test_a_rows_accounting_completes_each_job_and_notes_what_was_not_correct() -> None:
+    cases = load_cases(small=True)[:2]
+    results = [
+        VerifyResult("correct", elapsed_s=1.0, stage_seconds={"trials": 0.6, "run.call": 0.5}),
+        VerifyResult("wrong_output", message="trial 0\ndetails", elapsed_s=2.0),
+    ]
+    row = Row(workers=4, per_problem=1, count=2)
+    notes = account_results(row, cases, results)
+    assert row.sandbox_verdicts == {"correct": 1, "wrong_output": 1}
+    assert row.job_s == pytest.approx(3.0)
+    assert row.stages["trials"] == [0.6]  # a job without the stage is filled in by the table
+    assert row.stages["other"] == pytest.approx([0.4, 2.0])  # every job, dotted stages not
+    assert notes == [f"4 workers: {cases[1].name}: wrong_output: trial 0"]
+
+
+def test_the_fidelity_section_says_what_was_not_measured() -> None:
+    relu = same_speed_case(small=True)
+    assert Fidelity(relu, relu, relu, repeats=0).lines() == ["- not measured (--repeats 0)"]
+    fidelity = Fidelity(relu, relu, relu, repeats=2, same_speed=[1.0, 1.1], loaded_jobs=7)
+    lines = fidelity.lines()
+    assert len(lines) == 5
+    assert "no timing on this device" in lines[0] and lines[1].endswith(": n/a")
+    assert "median 1.05" in lines[2]
+    assert "(7 GiB elementwise jobs" in lines[4]
