@@ -717,89 +717,133 @@ def _fmt(value: Any, spec: str = ".0f") -> str:
     return format(value, spec) if isinstance(value, int | float) else "-"
 
 
+def _rows_by_batch(result: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """A decode worker's rows keyed by batch, so JAX and torch rows of one batch pair up."""
+    return {r["batch"]: r for r in (result or {}).get("rows", [])}
+
+
+def _bound_tokens_per_s(
+    args: argparse.Namespace, hf: dict[str, Any], batch: int, bandwidth: float | None
+) -> float | None:
+    """The fastest decode the measured copy bandwidth allows (None without a measurement)."""
+    if not bandwidth:
+        return None
+    return batch * args.new / decode_bound_seconds(hf, batch, args.prompt, args.new, bandwidth)
+
+
+def _decode_row(
+    name: str,
+    kernels: str,
+    batch: int,
+    rows: tuple[dict[str, Any], dict[str, Any]],
+    bound: float | None,
+) -> dict[str, Any]:
+    """One decode row: the JAX and torch numbers of a batch (`rows`) beside the bandwidth
+    bound, so each speed reads against both the other library and the hardware."""
+    j, t = rows
+    return {
+        "model": name,
+        "batch": batch,
+        "kernels": kernels,
+        "jax_tokens_per_s": j.get("tokens_per_s"),
+        "jax_spread": j.get("decode_spread"),
+        "torch_tokens_per_s": t.get("tokens_per_s"),
+        "bound_tokens_per_s": bound,
+        "jax_vs_torch": j["tokens_per_s"] / t["tokens_per_s"]
+        if "tokens_per_s" in j and "tokens_per_s" in t
+        else None,
+        "fraction_of_bound": j["tokens_per_s"] / bound if "tokens_per_s" in j and bound else None,
+        "jax_prefill_s": j.get("prefill_s"),
+        "torch_prefill_s": t.get("prefill_s"),
+        "jax_peak_bytes": j.get("peak_bytes"),
+        "torch_peak_bytes": t.get("peak_bytes"),
+        "jax_compile_s": j.get("compile_and_first_run_s"),
+        "errors": "; ".join(e for e in (j.get("error"), t.get("error")) if e) or None,
+    }
+
+
+def _decode_rows(
+    results: dict[str, Any], args: argparse.Namespace, name: str, bandwidth: float | None
+) -> list[dict[str, Any]]:
+    """A model's decode rows, kernel choice by kernel choice, each over every batch."""
+    hf = MODELS[name]
+    torch_rows = _rows_by_batch(results.get(f"torch_decode/{name}"))
+    rows = []
+    for kernels, batch in [(k, b) for k in args.decode_kernels for b in args.batches]:
+        jax_rows = _rows_by_batch(results.get(decode_key(name, kernels)))
+        pair = (jax_rows.get(batch, {}), torch_rows.get(batch, {}))
+        bound = _bound_tokens_per_s(args, hf, batch, bandwidth)
+        rows.append(_decode_row(name, kernels, batch, pair, bound))
+    return rows
+
+
+def _decode_check(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
+    """The decode row's share-of-bound target check; none for --quick (a CPU toy) or a batch
+    without a target."""
+    target = None if args.quick else TARGETS.get(f"bound_b{row['batch']}")
+    if target is None or row["fraction_of_bound"] is None:
+        return None
+    # Name the kernels only when several were run: the targets would read alike otherwise.
+    label = f" ({row['kernels']} kernels)" if len(args.decode_kernels) > 1 else ""
+    return {
+        "what": f"{row['model']} decode b{row['batch']}{label} >= {target:.0%} of bound",
+        "value": row["fraction_of_bound"],
+        "pass": row["fraction_of_bound"] >= target,
+    }
+
+
+def _train_row(train: dict[str, Any], name: str, peak: float | None) -> dict[str, Any]:
+    """The train worker's result with its MFU against the measured matmul peak."""
+    mfu = (
+        train["model_flops_per_step"] / train["step_s"] / peak
+        if "step_s" in train and peak
+        else None
+    )
+    return {**train, "mfu": mfu, "model": name}
+
+
+def _train_check(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any] | None:
+    """The train row's MFU target check; none for --quick or a model without a target."""
+    target = None if args.quick else TARGETS.get(f"mfu_{row['model']}")
+    if target is None or row["mfu"] is None:
+        return None
+    return {
+        "what": f"{row['model']} SFT step MFU >= {target:.0%}",
+        "value": row["mfu"],
+        "pass": row["mfu"] >= target,
+    }
+
+
+def _report_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the numbers depend on, kept in the report so runs can be compared."""
+    return {
+        "models": args.models,
+        "batches": args.batches,
+        "prompt": args.prompt,
+        "new_tokens": args.new,
+        "train_batch": args.train_batch,
+        "train_seq": args.train_seq,
+        "quick": args.quick,
+        "decode_path": "module" if args.unfused else "fused",
+        "decode_kernels": args.decode_kernels,
+    }
+
+
 def build_report(results: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Derived numbers (bounds, ratios, MFU, target checks) from the raw worker results."""
     calib = results["calibration"]
-    bandwidth = calib.get("copy_bandwidth")
-    peak = calib.get("matmul_flops")
     decode_rows, train_rows, checks = [], [], []
-    labelled = len(args.decode_kernels) > 1  # name the kernels in the targets when several
     for name in args.models:
-        hf = MODELS[name]
-        torch_rows = {
-            r["batch"]: r for r in results.get(f"torch_decode/{name}", {}).get("rows", [])
-        }
-        for kernels, batch in [(k, b) for k in args.decode_kernels for b in args.batches]:
-            jax_rows = {
-                r["batch"]: r for r in results.get(decode_key(name, kernels), {}).get("rows", [])
-            }
-            j, t = jax_rows.get(batch, {}), torch_rows.get(batch, {})
-            bound = (
-                batch * args.new / decode_bound_seconds(hf, batch, args.prompt, args.new, bandwidth)
-                if bandwidth
-                else None
-            )
-            row = {
-                "model": name,
-                "batch": batch,
-                "kernels": kernels,
-                "jax_tokens_per_s": j.get("tokens_per_s"),
-                "jax_spread": j.get("decode_spread"),
-                "torch_tokens_per_s": t.get("tokens_per_s"),
-                "bound_tokens_per_s": bound,
-                "jax_vs_torch": j["tokens_per_s"] / t["tokens_per_s"]
-                if "tokens_per_s" in j and "tokens_per_s" in t
-                else None,
-                "fraction_of_bound": j["tokens_per_s"] / bound
-                if "tokens_per_s" in j and bound
-                else None,
-                "jax_prefill_s": j.get("prefill_s"),
-                "torch_prefill_s": t.get("prefill_s"),
-                "jax_peak_bytes": j.get("peak_bytes"),
-                "torch_peak_bytes": t.get("peak_bytes"),
-                "jax_compile_s": j.get("compile_and_first_run_s"),
-                "errors": "; ".join(e for e in (j.get("error"), t.get("error")) if e) or None,
-            }
-            decode_rows.append(row)
-            target = None if args.quick else TARGETS.get(f"bound_b{batch}")
-            if target is not None and row["fraction_of_bound"] is not None:
-                label = f" ({kernels} kernels)" if labelled else ""
-                checks.append(
-                    {
-                        "what": f"{name} decode b{batch}{label} >= {target:.0%} of bound",
-                        "value": row["fraction_of_bound"],
-                        "pass": row["fraction_of_bound"] >= target,
-                    }
-                )
+        rows = _decode_rows(results, args, name, calib.get("copy_bandwidth"))
+        decode_rows += rows
+        checks += [check for row in rows if (check := _decode_check(row, args)) is not None]
         train = results.get(f"jax_train/{name}")
         if train:
-            mfu = (
-                train["model_flops_per_step"] / train["step_s"] / peak
-                if "step_s" in train and peak
-                else None
-            )
-            train_rows.append({**train, "mfu": mfu, "model": name})
-            target = None if args.quick else TARGETS.get(f"mfu_{name}")
-            if target is not None and mfu is not None:
-                checks.append(
-                    {
-                        "what": f"{name} SFT step MFU >= {target:.0%}",
-                        "value": mfu,
-                        "pass": mfu >= target,
-                    }
-                )
+            train_rows.append(_train_row(train, name, calib.get("matmul_flops")))
+            if (check := _train_check(train_rows[-1], args)) is not None:
+                checks.append(check)
     return {
-        "settings": {
-            "models": args.models,
-            "batches": args.batches,
-            "prompt": args.prompt,
-            "new_tokens": args.new,
-            "train_batch": args.train_batch,
-            "train_seq": args.train_seq,
-            "quick": args.quick,
-            "decode_path": "module" if args.unfused else "fused",
-            "decode_kernels": args.decode_kernels,
-        },
+        "settings": _report_settings(args),
         "calibration": calib,
         "decode": decode_rows,
         "train": train_rows,
@@ -1036,8 +1080,8 @@ def profile_decode(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _add_shape_args(parser: argparse.ArgumentParser) -> None:
+    """What to measure: models, decode shapes and where the report goes."""
     parser.add_argument(
         "--quick", action="store_true", help="tiny model on CPU: proves the harness runs"
     )
@@ -1055,6 +1099,10 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="timed decodes per batch, the median reported (default 5; 2 with --quick)",
     )
+
+
+def _add_train_args(parser: argparse.ArgumentParser) -> None:
+    """The SFT train step's shape and kernels."""
     parser.add_argument("--train-batch", type=int, default=None)
     parser.add_argument("--train-seq", type=int, default=None)
     parser.add_argument("--train-steps", type=int, default=3)
@@ -1064,6 +1112,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--attention", choices=["cudnn", "xla"], default="cudnn", help="train-step attention kernel"
     )
+
+
+def _add_variant_args(parser: argparse.ArgumentParser) -> None:
+    """Trimming a run and A/B variants of the decode (compiler flags, path, kernels)."""
     parser.add_argument(
         "--skip", default="", help="comma list of parts to skip: torch,train,decode"
     )
@@ -1085,6 +1137,10 @@ def main(argv: list[str] | None = None) -> int:
         "(pallas: hand-written Pallas kernels at batch <= 8, XLA's above; auto: the "
         "sampler's default, Pallas at batch <= 2 on a GPU)",
     )
+
+
+def _add_diagnostic_args(parser: argparse.ArgumentParser) -> None:
+    """The decode diagnostics (--profile-decode, --hlo-count) instead of the benchmark."""
     parser.add_argument(
         "--profile-decode",
         type=Path,
@@ -1106,14 +1162,29 @@ def main(argv: list[str] | None = None) -> int:
         help="decode paths for --profile-decode and --hlo-count: fused,module,pallas "
         "(pallas: the fused path on the Pallas kernels; needs a GPU)",
     )
+
+
+def _add_worker_args(parser: argparse.ArgumentParser) -> None:
+    """The worker subprocesses: their time limit, and the hidden flags that start one."""
     parser.add_argument("--timeout", type=float, default=1800, help="per worker, seconds")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        _worker_main(args.worker, args.spec)
-        return 0
 
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (the groups are added in --help's order)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    _add_shape_args(parser)
+    _add_train_args(parser)
+    _add_variant_args(parser)
+    _add_diagnostic_args(parser)
+    _add_worker_args(parser)
+    return parser
+
+
+def _resolve_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fill the defaults (a tiny CPU preset under --quick, the real shapes otherwise), parse
+    the comma lists, and stop with a usage error on values no worker could run."""
     q = args.quick
     args.models = (args.models or ("tiny" if q else "0.5b,1.5b")).split(",")
     args.batches = [int(b) for b in (args.batches or ("1,2" if q else "1,16,64,256")).split(",")]
@@ -1125,7 +1196,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--decode-repeats must be >= 1")
     args.train_batch = args.train_batch or (2 if q else 8)
     args.train_seq = args.train_seq or (64 if q else 2048)
-    skip = set(filter(None, args.skip.split(",")))
     args.paths = [p for p in args.paths.split(",") if p]
     if not set(args.paths) <= set(PATHS):
         parser.error(f"--paths takes some of {','.join(PATHS)}")
@@ -1134,50 +1204,69 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--decode-kernels takes some of {','.join(DECODE_KERNELS)}")
     if args.unfused and "pallas" in args.decode_kernels:
         parser.error("--decode-kernels pallas needs the fused path (drop --unfused)")
-    if args.hlo_count:
-        return hlo_count(args)
-    if args.profile_decode:
-        return profile_decode(args)
 
-    def spawn(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-        return _spawn(kind, spec, quick=q, timeout=args.timeout, xla_flags=args.xla_flags)
 
-    results: dict[str, Any] = {}
+def _record(
+    results: dict[str, Any], key: str, kind: str, spec: dict[str, Any], args: argparse.Namespace
+) -> None:
+    """Run one worker into `results[key]`, print how long it took, and rewrite the report so
+    partial results survive a kill."""
+    print(f"{key} ...", end=" ", flush=True)
+    results[key] = _spawn(
+        kind, spec, quick=args.quick, timeout=args.timeout, xla_flags=args.xla_flags
+    )
+    status = results[key].get("error", "ok")
+    print(f"{results[key].get('wall_s', 0):.0f} s, {status}", flush=True)
+    write_outputs(build_report(results, args), args.out)
 
-    def record(key: str, kind: str, spec: dict[str, Any]) -> None:
-        print(f"{key} ...", end=" ", flush=True)
-        results[key] = spawn(kind, spec)
-        status = results[key].get("error", "ok")
-        print(f"{results[key].get('wall_s', 0):.0f} s, {status}", flush=True)
-        write_outputs(build_report(results, args), args.out)  # partial results survive a kill
 
-    calib_spec = {
-        "copy_elems": 2**20 if q else 2**30,
-        "matmul": 512 if q else 8192,
-        "repeats": 3 if q else 10,
+def _calibration_spec(quick: bool) -> dict[str, Any]:
+    """Copy and matmul sizes of the bandwidth and peak-FLOP/s measurements."""
+    return {
+        "copy_elems": 2**20 if quick else 2**30,
+        "matmul": 512 if quick else 8192,
+        "repeats": 3 if quick else 10,
     }
-    record("calibration", "calibrate", calib_spec)
+
+
+def _train_spec(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """The SFT train step worker's spec for one model."""
+    return {
+        "model": name,
+        "batch": args.train_batch,
+        "seq": args.train_seq,
+        "steps": args.train_steps,
+        "remat": args.remat,
+        "attention": args.attention,
+        "chunk": 16 if args.quick else 512,
+    }
+
+
+def _measure_model(
+    args: argparse.Namespace, results: dict[str, Any], name: str, skip: set[str]
+) -> None:
+    """One model's parts not in `skip`: JAX decode per kernel choice, torch decode, train."""
+    spec = decode_spec(args, name)
+    if "decode" not in skip:
+        for kernels in args.decode_kernels:
+            key = decode_key(name, kernels)
+            _record(results, key, "jax_decode", decode_spec(args, name, kernels), args)
+    if "torch" not in skip:
+        _record(results, f"torch_decode/{name}", "torch_decode", spec, args)
+    if "train" not in skip:
+        _record(results, f"jax_train/{name}", "jax_train", _train_spec(args, name), args)
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    """Calibrate, then measure every model part by part, each in its own worker; print the
+    table and write the report (or, with --sweep-xla, the decode under each flag variant)."""
+    results: dict[str, Any] = {}
+    _record(results, "calibration", "calibrate", _calibration_spec(args.quick), args)
     if args.sweep_xla:
         return sweep_xla(args, results)
+    skip = set(filter(None, args.skip.split(",")))
     for name in args.models:
-        spec = decode_spec(args, name)
-        if "decode" not in skip:
-            for kernels in args.decode_kernels:
-                record(decode_key(name, kernels), "jax_decode", decode_spec(args, name, kernels))
-        if "torch" not in skip:
-            record(f"torch_decode/{name}", "torch_decode", spec)
-        if "train" not in skip:
-            train_spec = {
-                "model": name,
-                "batch": args.train_batch,
-                "seq": args.train_seq,
-                "steps": args.train_steps,
-                "remat": args.remat,
-                "attention": args.attention,
-                "chunk": 16 if q else 512,
-            }
-            record(f"jax_train/{name}", "jax_train", train_spec)
-
+        _measure_model(args, results, name, skip)
     report = build_report(results, args)
     print()
     print(render_markdown(report))
@@ -1185,6 +1274,21 @@ def main(argv: list[str] | None = None) -> int:
         json_path = write_outputs(report, args.out)
         print(f"wrote {json_path} and {json_path.with_suffix('.md')}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A worker (--worker), a diagnostic (--hlo-count, --profile-decode) or the benchmark."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker_main(args.worker, args.spec)
+        return 0
+    _resolve_args(parser, args)
+    if args.hlo_count:
+        return hlo_count(args)
+    if args.profile_decode:
+        return profile_decode(args)
+    return run_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 T = TypeVar("T")
 
@@ -855,17 +858,17 @@ def _refusal(path: Path, differences: Sequence[str]) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[str, Any]] | int:
-    """Generate, translate, verify; returns what the report needs (or an exit status)."""
-    from rich.console import Console
+EarlierRun = tuple[dict[str, Any], list[Result]]
 
+
+def _check_settings(
+    args: argparse.Namespace, console: Console
+) -> tuple[Sequence[str], str, dict[str, Any], EarlierRun | None] | int:
+    """This run's operators, device and settings, and the earlier run to resume (or an exit
+    status): checked before generating, as the paper profile takes a while."""
     from sandbox.config import resolve_device
-    from sandbox.errors import WeakIsolationError
     from synth.generate import resolve_ops
-    from synth.teacher.build import program_id
 
-    began = time.monotonic()
-    console = Console(stderr=True)
     try:
         ops = resolve_ops(args.ops.split(",") if args.ops else None)
     except KeyError as err:
@@ -881,46 +884,90 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
     settings = _meta(args, device, ops)
     if earlier and (differences := setting_mismatches(earlier[0], settings, RESUME_SETTINGS)):
         console.print(f"error: {_refusal(path, differences)}", markup=False, soft_wrap=True)
-        return 2  # before generating: the paper profile takes a while
-    with console.status(f"generating programs (profile {args.profile})"):
-        programs, notes = generate(ops, args.per_op, args.level2, args.seed, args.profile)
-    planned = dict(Counter(int(p["level"]) for p in programs))
-    meta = {**settings, "planned": planned, "programs_digest": programs_digest(programs)}
+        return 2
+    return ops, device, settings, earlier
+
+
+def _resume_summary(
+    args: argparse.Namespace, programs: int, pending: int, earlier: list[Result], done: set[str]
+) -> str:
+    """The line that says what a resumed run will judge (again), and why."""
+    retrying = sum(r.retry for r in earlier)
+    again = sum(r.verdict in args.retry and not r.retry for r in earlier)
+    asked = f", {again} with verdicts {', '.join(sorted(args.retry))} again" if again else ""
+    if args.rejudge:
+        ours = sum(
+            set(r.ops) <= args.rejudge and not r.retry and r.program_id not in done for r in earlier
+        )
+        asked += f", {ours} made only of --rejudge operators again"
+    return (
+        f"resuming {args.out_dir / RESULTS_NAME}: {programs - pending} of {programs} programs "
+        f"done in earlier runs, {pending} left ({retrying} infrastructure failures to retry"
+        f"{asked})"
+    )
+
+
+def _resume_log(
+    args: argparse.Namespace,
+    console: Console,
+    programs: list[dict[str, Any]],
+    meta: dict[str, Any],
+    earlier: EarlierRun,
+) -> tuple[list[dict[str, Any]], ResultLog] | int:
+    """The programs left to judge and the log appended to, once the same settings are seen
+    to give the same programs (else exit status 2)."""
+    from synth.teacher.build import program_id
+
+    path = args.out_dir / RESULTS_NAME
+    if differences := setting_mismatches(earlier[0], meta, PROGRAM_SETTINGS):
+        console.print(f"error: {_refusal(path, differences)}", markup=False, soft_wrap=True)
+        return 2
+    done = done_ids(earlier[1], args.retry, args.rejudge, args.label)
+    pending = [p for p in programs if program_id(p) not in done]
+    console.print(
+        _resume_summary(args, len(programs), len(pending), earlier[1], done), soft_wrap=True
+    )
+    _prune_pairs(args.out_dir, done)
+    _cut_torn_tail(path)
+    log = ResultLog(path, append=True)
+    log.write(
+        "resume", {"workers": args.workers, "max_seconds": args.max_seconds, "label": args.label}
+    )
+    return pending, log
+
+
+def _open_log(
+    args: argparse.Namespace,
+    console: Console,
+    programs: list[dict[str, Any]],
+    notes: list[str],
+    meta: dict[str, Any],
+    earlier: EarlierRun | None,
+) -> tuple[list[dict[str, Any]], ResultLog] | int:
+    """The programs to judge and the results log to write them to: the earlier run's, or
+    a fresh one with every earlier output cleared (or an exit status)."""
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if earlier:
-        if differences := setting_mismatches(earlier[0], meta, PROGRAM_SETTINGS):
-            console.print(f"error: {_refusal(path, differences)}", markup=False, soft_wrap=True)
-            return 2
-        done = done_ids(earlier[1], args.retry, args.rejudge, args.label)
-        pending = [p for p in programs if program_id(p) not in done]
-        retrying = sum(r.retry for r in earlier[1])
-        again = sum(r.verdict in args.retry and not r.retry for r in earlier[1])
-        asked = f", {again} with verdicts {', '.join(sorted(args.retry))} again" if again else ""
-        if args.rejudge:
-            ours = sum(
-                set(r.ops) <= args.rejudge and not r.retry and r.program_id not in done
-                for r in earlier[1]
-            )
-            asked += f", {ours} made only of --rejudge operators again"
-        console.print(
-            f"resuming {path}: {len(programs) - len(pending)} of {len(programs)} programs done "
-            f"in earlier runs, {len(pending)} left ({retrying} infrastructure failures to retry"
-            f"{asked})",
-            soft_wrap=True,
-        )
-        _prune_pairs(args.out_dir, done)
-        _cut_torn_tail(path)
-        log = ResultLog(path, append=True)
-        log.write(
-            "resume",
-            {"workers": args.workers, "max_seconds": args.max_seconds, "label": args.label},
-        )
-    else:
-        pending = programs
-        console.print(f"{len(programs)} programs")
-        _clear_outputs(args.out_dir)
-        log = ResultLog(path)
-        log.write("meta", {**meta, "notes": notes})
+        return _resume_log(args, console, programs, meta, earlier)
+    console.print(f"{len(programs)} programs")
+    _clear_outputs(args.out_dir)
+    log = ResultLog(args.out_dir / RESULTS_NAME)
+    log.write("meta", {**meta, "notes": notes})
+    return programs, log
+
+
+def _verify_pending(
+    args: argparse.Namespace,
+    console: Console,
+    pending: list[dict[str, Any]],
+    device: str,
+    log: ResultLog,
+    began: float,
+) -> dict[str, Any] | int:
+    """Judge `pending` until done, --max-seconds or SIGTERM, and close the log with its end
+    record (returned), or an exit status when the sandbox refuses weak isolation."""
+    from sandbox.errors import WeakIsolationError
+
     if pending:
         console.print(f"starting {args.workers} sandbox workers ({device})")
     feed = Feed(pending, began + args.max_seconds if args.max_seconds else None)
@@ -937,7 +984,31 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[st
         return 2
     finally:
         log.close()
-    meta, results, _ = load_log(path)
+    return end
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Result], dict[str, Any]] | int:
+    """Generate, translate, verify; returns what the report needs (or an exit status)."""
+    from rich.console import Console
+
+    began = time.monotonic()
+    console = Console(stderr=True)
+    checked = _check_settings(args, console)
+    if isinstance(checked, int):
+        return checked
+    ops, device, settings, earlier = checked
+    with console.status(f"generating programs (profile {args.profile})"):
+        programs, notes = generate(ops, args.per_op, args.level2, args.seed, args.profile)
+    planned = dict(Counter(int(p["level"]) for p in programs))
+    meta = {**settings, "planned": planned, "programs_digest": programs_digest(programs)}
+    opened = _open_log(args, console, programs, notes, meta, earlier)
+    if isinstance(opened, int):
+        return opened
+    pending, log = opened
+    end = _verify_pending(args, console, pending, device, log, began)
+    if isinstance(end, int):
+        return end
+    meta, results, _ = load_log(args.out_dir / RESULTS_NAME)
     return meta, results, end
 
 
@@ -979,16 +1050,18 @@ def rejudge_operators(names: frozenset[str]) -> frozenset[str]:
     return frozenset().union(*(by_family.get(name, {name}) for name in names))
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.teacher_bench", description=__doc__.split("\n\n")[0]
-    )
+def _add_program_args(parser: argparse.ArgumentParser) -> None:
+    """Which programs the generator makes (--quick: a small CPU preset of them)."""
     parser.add_argument("--quick", action="store_true", help="small CPU smoke run (tiny profile)")
     parser.add_argument("--profile", help="generator profile (default paper; --quick: tiny)")
     parser.add_argument("--per-op", type=int, help="level-1 programs per operator (default 10)")
     parser.add_argument("--level2", type=int, help="level-2 programs (default 200)")
     parser.add_argument("--ops", help="comma-separated operators (both levels; default all)")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def _add_sandbox_args(parser: argparse.ArgumentParser) -> None:
+    """How the sandbox judges and times each program, and for how long the run goes on."""
     parser.add_argument(
         "--workers",
         type=int,
@@ -1009,8 +1082,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-seconds", type=float, help="submit no new program after this long (this run's)"
     )
+
+
+def _add_output_args(parser: argparse.ArgumentParser) -> None:
+    """Where the results log, the pairs and the report go."""
     parser.add_argument("--out-dir", type=Path, default=Path("runs/teacher_bench"))
     parser.add_argument("--out", type=Path, help="markdown report (default OUT_DIR/report.md)")
+
+
+def _add_resume_args(parser: argparse.ArgumentParser) -> None:
+    """Continuing an earlier run, and what it judges again."""
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -1038,6 +1119,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "in the report. Programs a run with this --label already judged are not judged again: "
         "a rejudge cut short by --max-seconds goes on where it stopped",
     )
+
+
+def _add_report_args(parser: argparse.ArgumentParser) -> None:
+    """Progress, the run's label, and rebuilding a report without running anything."""
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--label",
@@ -1046,7 +1131,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--report-only", type=Path, metavar="JSONL", help="rebuild the report from results.jsonl"
     )
-    args = parser.parse_args(argv)
+
+
+def _fill_defaults(args: argparse.Namespace) -> None:
+    """Defaults that depend on other flags: --quick's small CPU preset, the paper profile's
+    longer job timeout, the git commit as label; --retry and --rejudge as sets."""
     if args.label is None:
         args.label = _git_commit()
     quick = args.quick
@@ -1057,6 +1146,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.workers = args.workers or (2 if quick else 8)
     args.retry = frozenset(v.strip() for v in args.retry.split(",") if v.strip())
     args.rejudge = frozenset(v.strip() for v in args.rejudge.split(",") if v.strip())
+    if args.job_timeout is None and args.profile == "paper":
+        args.job_timeout = PAPER_JOB_TIMEOUT_S
+
+
+def _check_resume_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--retry and --rejudge need --resume and known names; --rejudge's families become
+    their operators."""
     for flag, chosen in (("--retry", args.retry), ("--rejudge", args.rejudge)):
         if chosen and not args.resume:
             parser.error(f"{flag} needs --resume (a fresh run judges every program anyway)")
@@ -1070,8 +1166,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             f"--retry takes failure verdicts ({', '.join(sorted(failures))}); "
             f"not {', '.join(unknown)}"
         )
-    if args.job_timeout is None and args.profile == "paper":
-        args.job_timeout = PAPER_JOB_TIMEOUT_S
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, defaults filled and checked (a usage error exits with status 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.teacher_bench", description=__doc__.split("\n\n")[0]
+    )
+    _add_program_args(parser)
+    _add_sandbox_args(parser)
+    _add_output_args(parser)
+    _add_resume_args(parser)
+    _add_report_args(parser)
+    args = parser.parse_args(argv)
+    _fill_defaults(args)
+    _check_resume_args(parser, args)
     if args.job_timeout is not None and not args.job_timeout > 0:
         parser.error("--job-timeout must be > 0")
     if args.per_op < 0 or args.level2 < 0 or args.workers < 1 or args.trials < 1:
