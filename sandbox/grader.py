@@ -43,7 +43,14 @@ from sandbox.gpu_budget import GIB, BudgetTimeout, GpuMemoryBudget
 from sandbox.gpu_gate import GpuGate
 from sandbox.grading import gpu, timed, trials
 from sandbox.grading.idle import IdleProbe
-from sandbox.grading.job import Job, JobContext, ProblemEntry, Rejected, death_verdict
+from sandbox.grading.job import (
+    Job,
+    JobContext,
+    ProblemEntry,
+    Rejected,
+    death_verdict,
+    without_frames,
+)
 from sandbox.grading.stages import add_stage, stage
 from sandbox.isolation import JOB_TMP_DIR, Limits
 from sandbox.launchers import LauncherCache
@@ -338,7 +345,7 @@ class Grader:
         try:
             self._grade(job, result, started + job.budget_s, held, taken, alone)
         except Exception as err:  # noqa: BLE001 - every failure is answered, the worker kept
-            error = err
+            error = without_frames(err)  # (the job's tensors go before its memory is released)
             result.verdict, result.message = failure_verdict(err, result, job.budget_s)
         finally:
             self._finish(job, result, taken[0] if taken else None, held)

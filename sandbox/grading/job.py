@@ -9,6 +9,7 @@ step takes the context and the candidate process and nothing else.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,21 @@ class ProblemEntry:
         outs = max(0, self.io() - ins)
         plan = timed_inputs.plan_timing(ins, outs, runs, warmup)
         return timed_inputs.extra_bytes(plan, ins, outs)
+
+
+def without_frames(error: BaseException) -> BaseException:
+    """`error` (and the errors it was raised from or during) with no traceback: the frames
+    of a failed job hold its tensors (staged input sets, expected outputs), which would
+    otherwise outlive the job's memory release and stay in PyTorch's cache, outside every
+    reservation, for as long as the error is kept."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        traceback.clear_frames(link.__traceback__)
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return error
 
 
 class Rejected(Exception):

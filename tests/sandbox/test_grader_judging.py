@@ -23,7 +23,7 @@ from sandbox.grading import gpu, judgment
 from sandbox.grading.stages import add_reported_stage
 from sandbox.problem import load_problem
 from sandbox.result import VerifyResult
-from tests.sandbox.conftest import _KERNEL, GOOD_RELU, RELU_PROBLEM
+from tests.sandbox.conftest import _KERNEL, GOOD_RELU, RELU_PROBLEM, WRONG_RELU
 from tests.sandbox.live_bytes import LiveBytes
 
 TRIALS = 5
@@ -251,3 +251,34 @@ def test_a_small_cache_stays_for_the_next_job(
     reserved[0] = gpu.KEPT_CACHE_BYTES + MIB
     gpu.release_gpu_memory()
     assert emptied == [gpu.KEPT_CACHE_BYTES + MIB]
+
+
+def test_a_rejected_jobs_tensors_are_gone_before_its_memory_is_released(
+    grader: Grader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error a job ends in must not keep the job's frames, and with them its tensors
+    (references, staged inputs), past the memory release: on a GPU they would stay in
+    PyTorch's cache, outside every reservation, while the next job runs."""
+    import weakref
+
+    from sandbox.grading import trials
+
+    refs: list[weakref.ref[torch.Tensor]] = []
+    compare_all = judgment.compare_all
+
+    def noted(expected: list[torch.Tensor], *args: Any, **kwargs: Any) -> Any:
+        refs.extend(weakref.ref(t) for t in expected)
+        return compare_all(expected, *args, **kwargs)
+
+    alive_at_release: list[int] = []
+    finish = Grader._finish
+
+    def finishing(self: Grader, *args: Any) -> None:
+        alive_at_release.append(sum(ref() is not None for ref in refs))
+        finish(self, *args)
+
+    monkeypatch.setattr(trials.judgment, "compare_all", noted)
+    monkeypatch.setattr(Grader, "_finish", finishing)
+    result = grader.grade(_job(WRONG_RELU))
+    assert result.verdict == "wrong_output", result.message
+    assert refs and alive_at_release == [0]
