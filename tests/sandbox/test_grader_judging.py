@@ -282,3 +282,34 @@ def test_a_rejected_jobs_tensors_are_gone_before_its_memory_is_released(
     result = grader.grade(_job(WRONG_RELU))
     assert result.verdict == "wrong_output", result.message
     assert refs and alive_at_release == [0]
+
+
+def test_an_error_raised_during_another_lets_go_of_both_frames() -> None:
+    """`without_frames` follows the chain (`raise ... from None` still keeps the error
+    being handled as its context), so no frame of either holds a tensor."""
+    import weakref
+
+    from sandbox.grading.job import Rejected, without_frames
+
+    refs: list[weakref.ref[torch.Tensor]] = []
+
+    def inner() -> None:
+        staged = torch.empty(8)
+        refs.append(weakref.ref(staged))
+        raise RuntimeError("inner")
+
+    def outer() -> None:
+        expected = torch.empty(8)
+        refs.append(weakref.ref(expected))
+        try:
+            inner()
+        except RuntimeError:
+            raise Rejected("wrong_output", "outer") from None
+
+    try:
+        outer()
+    except Rejected as err:
+        error = err
+    assert all(ref() is not None for ref in refs)
+    assert without_frames(error) is error and error.message == "outer"
+    assert [ref() for ref in refs] == [None, None]
