@@ -255,6 +255,12 @@ def repair(
 
 
 # -- the CP-SAT model ------------------------------------------------------------------------
+_Key = tuple[int, ...]
+"""A product of variable roots: their indices, sorted (repeats kept)."""
+_SizeKey = tuple[int, _Key]
+"""A product as (constant factor, variable roots): the constant is the fixed roots' product."""
+
+
 def build_model(
     sk: Skeleton,
     bounds: Bounds,
@@ -263,21 +269,58 @@ def build_model(
     lo: Sequence[int] | None = None,
     hi: Sequence[int] | None = None,
 ) -> tuple[cp_model.CpModel, list[cp_model.LinearExprT]]:
-    """The CP-SAT model of the skeleton's dims; returns it and one expression per root."""
+    """The CP-SAT model of the skeleton's dims; returns it and one expression per root.
+
+    Variables and constraints are added in a fixed order (roots, relations, products,
+    size bounds, FLOPs band): CP-SAT's search, so the solution for a seed, depends on it.
+    """
     pb = sk.problem
     los, his = _limits(sk, bounds, lo, hi)
     if any(a > b for a, b in zip(los, his, strict=True)):
         raise Conflict("a dimension's bounds are empty under this profile")
     model = cp_model.CpModel()
+    roots = _root_vars(model, los, his, hint)
+    _add_relations(model, pb.relations, roots)
+    sizes, needs_min = _tensor_sizes(sk, bounds, roots)
+    terms = _flop_terms(sk, roots)
+    products = _product_vars(model, _product_caps(bounds, sizes, terms), roots, los, hint)
+
+    def expr_of(key: _Key) -> cp_model.LinearExprT:
+        """The expression of a variable product: 1, a root, or its product variable."""
+        if not key:
+            return 1
+        return roots[key[0]] if len(key) == 1 else products[key]
+
+    _add_size_bounds(model, bounds, sizes, needs_min, expr_of)
+    total = sum(coef * expr_of(key) for key, coef in terms.items())
+    model.add(total <= bounds.flops_max)
+    if floor > 1:
+        model.add(total >= floor)
+    return model, roots
+
+
+def _root_vars(
+    model: cp_model.CpModel, los: Sequence[int], his: Sequence[int], hint: Sequence[int]
+) -> list[cp_model.LinearExprT]:
+    """One expression per root: its constant when its bounds meet, else a hinted variable."""
     roots: list[cp_model.LinearExprT] = []
-    for r in range(pb.n_roots):
-        if los[r] == his[r]:
-            roots.append(los[r])
+    for r, (low, high) in enumerate(zip(los, his, strict=True)):
+        if low == high:
+            roots.append(low)
         else:
-            v = model.new_int_var(los[r], his[r], f"d{r}")
-            model.add_hint(v, min(max(hint[r], los[r]), his[r]))
+            v = model.new_int_var(low, high, f"d{r}")
+            model.add_hint(v, min(max(hint[r], low), high))
             roots.append(v)
-    for terms, rlo, rhi in pb.relations:
+    return roots
+
+
+def _add_relations(
+    model: cp_model.CpModel,
+    relations: Sequence[tuple[tuple[tuple[int, int], ...], int | None, int | None]],
+    roots: Sequence[cp_model.LinearExprT],
+) -> None:
+    """The linear relations between roots (an equality where both bounds agree)."""
+    for terms, rlo, rhi in relations:
         expr = sum(c * roots[r] for c, r in terms)
         if rlo is not None and rlo == rhi:
             model.add(expr == rlo)
@@ -287,32 +330,55 @@ def build_model(
             if rhi is not None:
                 model.add(expr <= rhi)
 
-    # Every distinct product (tensor shapes, FLOPs terms) as (constant, sorted var roots).
-    def split(factors: Sequence[int]) -> tuple[int, tuple[int, ...]]:
-        const, var_roots = 1, []
-        for r in factors:
-            if isinstance(roots[r], int):
-                const *= roots[r]
-            else:
-                var_roots.append(r)
-        return const, tuple(sorted(var_roots))
 
-    sizes: dict[tuple[int, tuple[int, ...]], int] = {}  # (const, key) -> tensor count
-    needs_min: set[tuple[int, tuple[int, ...]]] = set()
+def _split(factors: Sequence[int], roots: Sequence[cp_model.LinearExprT]) -> _SizeKey:
+    """A product of roots as (product of the constant ones, sorted variable ones)."""
+    const, var_roots = 1, []
+    for r in factors:
+        if isinstance(roots[r], int):
+            const *= roots[r]
+        else:
+            var_roots.append(r)
+    return const, tuple(sorted(var_roots))
+
+
+def _tensor_sizes(
+    sk: Skeleton, bounds: Bounds, roots: Sequence[cp_model.LinearExprT]
+) -> tuple[dict[_SizeKey, int], set[_SizeKey]]:
+    """Every distinct tensor size with how many tensors have it, and the sizes of inputs
+    (rank >= 1) that must reach min_input_elements."""
+    sizes: dict[_SizeKey, int] = {}  # (const, key) -> tensor count
+    needs_min: set[_SizeKey] = set()
     inputs = set(sk.dag.inputs)
     for t, dims in enumerate(sk.tensor_dims):
-        sk_key = split(dims)
+        sk_key = _split(dims, roots)
         if sk_key[0] > bounds.max_elements:
             raise Conflict("a tensor exceeds max_elements")
         sizes[sk_key] = sizes.get(sk_key, 0) + 1
         if t in inputs and sk.ranks[t]:
             needs_min.add(sk_key)
-    terms: dict[tuple[int, ...], int] = {}  # key -> summed coefficient
+    return sizes, needs_min
+
+
+def _flop_terms(sk: Skeleton, roots: Sequence[cp_model.LinearExprT]) -> dict[_Key, int]:
+    """The FLOPs as a sum over distinct variable products, constants in the coefficients."""
+    terms: dict[_Key, int] = {}  # key -> summed coefficient
     for coef, factors in sk.flop_terms:
-        const, key = split(factors)
+        const, key = _split(factors, roots)
         terms[key] = terms.get(key, 0) + coef * const
-    # A prefix of a product is at most the product, so it inherits the smallest cap.
-    cap: dict[tuple[int, ...], int] = {}
+    return terms
+
+
+def _product_caps(
+    bounds: Bounds, sizes: dict[_SizeKey, int], terms: dict[_Key, int]
+) -> dict[_Key, int]:
+    """Upper bounds for the product variables: every prefix (two roots or more) of a
+    tensor size or a FLOPs term.
+
+    A prefix of a product is at most the product, so it inherits the smallest cap: a
+    tensor's from max_elements, a FLOPs term's from flops_max.
+    """
+    cap: dict[_Key, int] = {}
     for const, key in sizes:
         for n in range(2, len(key) + 1):
             cap[key[:n]] = min(
@@ -322,7 +388,19 @@ def build_model(
         limit = max(1, bounds.flops_max // coef)
         for n in range(2, len(key) + 1):
             cap[key[:n]] = min(cap.get(key[:n], limit), limit)
-    products: dict[tuple[int, ...], cp_model.LinearExprT] = {}
+    return cap
+
+
+def _product_vars(
+    model: cp_model.CpModel,
+    cap: dict[_Key, int],
+    roots: Sequence[cp_model.LinearExprT],
+    los: Sequence[int],
+    hint: Sequence[int],
+) -> dict[_Key, cp_model.LinearExprT]:
+    """One hinted variable per capped product, each a binary product of its prefix's and
+    its last root: chains shared by prefix, shortest first."""
+    products: dict[_Key, cp_model.LinearExprT] = {}
     for key in sorted(cap, key=len):
         low = math.prod(los[r] for r in key)
         if low > cap[key]:
@@ -332,12 +410,18 @@ def build_model(
         model.add_multiplication_equality(p, [prev, roots[key[-1]]])
         model.add_hint(p, min(max(math.prod(hint[r] for r in key), low), cap[key]))
         products[key] = p
+    return products
 
-    def expr_of(key: tuple[int, ...]) -> cp_model.LinearExprT:
-        if not key:
-            return 1
-        return roots[key[0]] if len(key) == 1 else products[key]
 
+def _add_size_bounds(
+    model: cp_model.CpModel,
+    bounds: Bounds,
+    sizes: dict[_SizeKey, int],
+    needs_min: set[_SizeKey],
+    expr_of: Callable[[_Key], cp_model.LinearExprT],
+) -> None:
+    """Per tensor size max_elements (and min_input_elements for inputs); all tensors
+    together max_total_elements."""
     for const, key in sizes:
         if len(key) == 1:  # longer products carry the bound in their domain
             model.add(const * expr_of(key) <= bounds.max_elements)
@@ -347,11 +431,6 @@ def build_model(
         sum(count * const * expr_of(key) for (const, key), count in sizes.items())
         <= bounds.max_total_elements
     )
-    total = sum(coef * expr_of(key) for key, coef in terms.items())
-    model.add(total <= bounds.flops_max)
-    if floor > 1:
-        model.add(total >= floor)
-    return model, roots
 
 
 def solve_once(

@@ -20,7 +20,7 @@ computes with (`synth.teacher.numbers`), and becomes a literal in the kernel.
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,17 +215,42 @@ def _int_param(value: Any, name: str, kind: str, line: int) -> int:
 def _normalise(
     spec: OperatorSpec, params: dict[str, Any], shapes: list[Shape], line: int
 ) -> dict[str, Any]:
-    """Check parameter values the templates rely on and put them in canonical form."""
+    """Check parameter values the templates rely on and put them in canonical form.
+
+    Each step checks one operator or family and edits the copy `p` in place. They run
+    in a fixed order, so a call with several faults is always refused for the same one.
+    """
     kind = spec.kind
     where = f"line {line}: {kind}"
     p = dict(params)
     rank = len(shapes[0]) if shapes else 0
     if spec.family in ("reduction", "softmax", "scan") or kind in ("cat", "stack"):
-        dim = p["dim"]
-        dim_rank = rank + 1 if kind == "stack" else rank  # >= 1: ranks are checked first
-        if not isinstance(dim, int) or not -dim_rank <= dim < dim_rank:
-            raise TranslationError(f"{where}: dim={dim!r} is out of range for rank {rank}")
-        p["dim"] = dim % dim_rank
+        _normalise_dim(p, kind, rank, where)
+    _normalise_reduction(p, kind, where)
+    if kind == "transpose":
+        _check_transpose(p, rank, where)
+    _normalise_pointwise(p, kind, where)
+    norm_check = _NORM_CHECKS.get(kind)
+    if norm_check is not None:
+        norm_check(p, shapes, where)
+    if spec.family == "pool":
+        _normalise_pool(p, kind, line, where)
+    if spec.family == "conv":
+        _normalise_conv(p, kind, line, where)
+    return p
+
+
+def _normalise_dim(p: dict[str, Any], kind: str, rank: int, where: str) -> None:
+    """`dim` in range, made non-negative (stack's counts the new dim too)."""
+    dim = p["dim"]
+    dim_rank = rank + 1 if kind == "stack" else rank  # >= 1: ranks are checked first
+    if not isinstance(dim, int) or not -dim_rank <= dim < dim_rank:
+        raise TranslationError(f"{where}: dim={dim!r} is out of range for rank {rank}")
+    p["dim"] = dim % dim_rank
+
+
+def _normalise_reduction(p: dict[str, Any], kind: str, where: str) -> None:
+    """var's correction from either spelling, the 2-norm only, and `keepdim` a bool."""
     if kind == "var":
         correction = p.pop("correction")
         unbiased = p.pop("unbiased")
@@ -234,13 +259,20 @@ def _normalise(
         raise TranslationError(f"{where}: only the 2-norm is supported")
     if kind in ("max", "min", "argmax", "argmin", "sum", "mean", "var", "norm"):
         p["keepdim"] = bool(p["keepdim"])
-    if kind == "transpose":
-        dims = (p.pop("dim0"), p.pop("dim1"))
-        if not all(isinstance(d, int) and -rank <= d < rank for d in dims):
-            raise TranslationError(f"{where}: dims {dims} are out of range for rank {rank}")
-        d0, d1 = sorted(d % rank for d in dims)
-        if (d0, d1) != (rank - 2, rank - 1):
-            raise TranslationError(f"{where}: only transpose of the last two dims is supported")
+
+
+def _check_transpose(p: dict[str, Any], rank: int, where: str) -> None:
+    """Only the last two dims may be swapped (the one transpose the layouts implement)."""
+    dims = (p.pop("dim0"), p.pop("dim1"))
+    if not all(isinstance(d, int) and -rank <= d < rank for d in dims):
+        raise TranslationError(f"{where}: dims {dims} are out of range for rank {rank}")
+    d0, d1 = sorted(d % rank for d in dims)
+    if (d0, d1) != (rank - 2, rank - 1):
+        raise TranslationError(f"{where}: only transpose of the last two dims is supported")
+
+
+def _normalise_pointwise(p: dict[str, Any], kind: str, where: str) -> None:
+    """The exact GELU, `alpha` as float32, no in-place variant, and a clamp with a bound."""
     if kind == "gelu" and p["approximate"] != "none":
         raise TranslationError(f"{where}: only the exact (erf) GELU is supported")
     if "alpha" in p:  # add, sub: `other` scaled by alpha, a float32 number like operands
@@ -253,59 +285,81 @@ def _normalise(
             raise TranslationError(f"{where}: in-place variants are not supported")
     if kind == "clamp" and p["min"] is None and p["max"] is None:
         raise TranslationError(f"{where}: clamp needs min or max")
-    if kind == "batch_norm":
-        if not p.pop("training") or p.pop("weight") is not None or p.pop("bias") is not None:
-            raise TranslationError(
-                f"{where}: only training=True without affine weights is supported"
-            )
-        p.pop("running_mean"), p.pop("running_var"), p.pop("momentum")
-    if kind == "layer_norm":
-        normalized = list(p.pop("normalized_shape"))
-        if p.pop("weight") is not None or p.pop("bias") is not None:
-            raise TranslationError(f"{where}: affine weights are not supported")
-        if not normalized or tuple(normalized) != tuple(shapes[0][rank - len(normalized) :]):
-            raise TranslationError(
-                f"{where}: normalized_shape {normalized} is not a suffix of the shape"
-            )
-        p["n_dims"] = len(normalized)
-    if kind == "group_norm":
-        if p.pop("weight") is not None or p.pop("bias") is not None:
-            raise TranslationError(f"{where}: affine weights are not supported")
-        if shapes[0][1] % p["num_groups"]:
-            raise TranslationError(f"{where}: channels are not divisible by num_groups")
-    if kind == "instance_norm":
-        extra = ("running_mean", "running_var", "weight", "bias")
-        if any(p.pop(name) is not None for name in extra) or not p.pop("use_input_stats"):
-            raise TranslationError(
-                f"{where}: only the default (input statistics) form is supported"
-            )
-        p.pop("momentum")
-    if spec.family == "pool":
-        nd = int(kind[-2])
-        p["nd"] = nd
-        for name in ("kernel_size", "padding", "dilation"):
-            if name in p:
-                p[name] = _int_param(p[name], name, kind, line)
-        p["stride"] = (
-            p["kernel_size"]
-            if p["stride"] in (None, [], ())
-            else _int_param(p["stride"], "stride", kind, line)
+
+
+def _check_batch_norm(p: dict[str, Any], shapes: list[Shape], where: str) -> None:
+    """Training mode (batch statistics) without affine weights; the running stats dropped."""
+    if not p.pop("training") or p.pop("weight") is not None or p.pop("bias") is not None:
+        raise TranslationError(f"{where}: only training=True without affine weights is supported")
+    p.pop("running_mean"), p.pop("running_var"), p.pop("momentum")
+
+
+def _check_layer_norm(p: dict[str, Any], shapes: list[Shape], where: str) -> None:
+    """No affine weights; `normalized_shape` a suffix of the input's, kept as `n_dims`."""
+    normalized = list(p.pop("normalized_shape"))
+    if p.pop("weight") is not None or p.pop("bias") is not None:
+        raise TranslationError(f"{where}: affine weights are not supported")
+    rank = len(shapes[0])
+    if not normalized or tuple(normalized) != tuple(shapes[0][rank - len(normalized) :]):
+        raise TranslationError(
+            f"{where}: normalized_shape {normalized} is not a suffix of the shape"
         )
-        if p.pop("ceil_mode") or p.pop("return_indices", False):
-            raise TranslationError(f"{where}: ceil_mode / return_indices are not supported")
-        if kind.startswith("avg") and (
-            not p.pop("count_include_pad") or p.pop("divisor_override", None) is not None
-        ):
-            raise TranslationError(f"{where}: only count_include_pad=True without divisor_override")
-    if spec.family == "conv":
-        nd = int(kind[-2])
-        p["nd"] = nd
-        if p.pop("bias") is not None:
-            raise TranslationError(f"{where}: bias is not supported")
-        for name in ("stride", "padding", "dilation", "output_padding", "groups"):
-            if name in p:
-                p[name] = _int_param(p[name], name, kind, line)
-    return p
+    p["n_dims"] = len(normalized)
+
+
+def _check_group_norm(p: dict[str, Any], shapes: list[Shape], where: str) -> None:
+    """No affine weights, and groups that split the channels evenly."""
+    if p.pop("weight") is not None or p.pop("bias") is not None:
+        raise TranslationError(f"{where}: affine weights are not supported")
+    if shapes[0][1] % p["num_groups"]:
+        raise TranslationError(f"{where}: channels are not divisible by num_groups")
+
+
+def _check_instance_norm(p: dict[str, Any], shapes: list[Shape], where: str) -> None:
+    """Only the default form: input statistics, no running stats, no affine weights."""
+    extra = ("running_mean", "running_var", "weight", "bias")
+    if any(p.pop(name) is not None for name in extra) or not p.pop("use_input_stats"):
+        raise TranslationError(f"{where}: only the default (input statistics) form is supported")
+    p.pop("momentum")
+
+
+_NORM_CHECKS: dict[str, Callable[[dict[str, Any], list[Shape], str], None]] = {
+    "batch_norm": _check_batch_norm,
+    "layer_norm": _check_layer_norm,
+    "group_norm": _check_group_norm,
+    "instance_norm": _check_instance_norm,
+}
+"""Per normalisation operator, the check of its form (the forms the templates support)."""
+
+
+def _normalise_pool(p: dict[str, Any], kind: str, line: int, where: str) -> None:
+    """`nd` from the name, one int per window parameter (stride defaults to the kernel
+    size), and only the default ceil_mode / padding count / divisor."""
+    p["nd"] = int(kind[-2])
+    for name in ("kernel_size", "padding", "dilation"):
+        if name in p:
+            p[name] = _int_param(p[name], name, kind, line)
+    p["stride"] = (
+        p["kernel_size"]
+        if p["stride"] in (None, [], ())
+        else _int_param(p["stride"], "stride", kind, line)
+    )
+    if p.pop("ceil_mode") or p.pop("return_indices", False):
+        raise TranslationError(f"{where}: ceil_mode / return_indices are not supported")
+    if kind.startswith("avg") and (
+        not p.pop("count_include_pad") or p.pop("divisor_override", None) is not None
+    ):
+        raise TranslationError(f"{where}: only count_include_pad=True without divisor_override")
+
+
+def _normalise_conv(p: dict[str, Any], kind: str, line: int, where: str) -> None:
+    """`nd` from the name, no bias, and one int per parameter (the same in every dim)."""
+    p["nd"] = int(kind[-2])
+    if p.pop("bias") is not None:
+        raise TranslationError(f"{where}: bias is not supported")
+    for name in ("stride", "padding", "dilation", "output_padding", "groups"):
+        if name in p:
+            p[name] = _int_param(p[name], name, kind, line)
 
 
 CLAMP_FORMS = frozenset({"maximum", "minimum"})
