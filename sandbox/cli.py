@@ -25,6 +25,13 @@ EXIT_ERROR = 2
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `verify` and `sandbox {serve,info}` to the `drtriton` command."""
+    _add_verify(subparsers)
+    _add_sandbox(subparsers)
+
+
+def _add_verify(subparsers: argparse._SubParsersAction) -> None:
+    """`drtriton verify`: one command for both local and server grading, so a caller
+    switches between them with `--server` alone."""
     verify = subparsers.add_parser(
         "verify",
         help="verify a Triton candidate against a problem (locally or on a server)",
@@ -36,13 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument(
         "--server", metavar="HOST:PORT", help="a sandbox server or fleet (comma-separated)"
     )
-    verify.add_argument("--trials", type=int, default=5, help="random correctness cases")
-    verify.add_argument("--no-timing", action="store_true", help="skip timing")
-    verify.add_argument("--atol", type=float, help="absolute tolerance")
-    verify.add_argument("--rtol", type=float, help="relative tolerance")
-    verify.add_argument("--seed", type=int, help="seed of the random inputs")
-    verify.add_argument("--format", choices=("auto", "functional", "kernelbench"), default="auto")
-    verify.add_argument("--time-budget", type=float, metavar="S", help="job budget in seconds")
+    _add_judging_options(verify)
     verify.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto", help="local mode only"
     )
@@ -61,10 +62,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_client_security(verify)
     verify.set_defaults(handler=_verify)
 
+
+def _add_judging_options(verify: argparse.ArgumentParser) -> None:
+    """How a job is judged: the options that travel with it to `sandbox.api.verify` or a
+    server alike (see `_verify`), kept together so both modes accept the same set."""
+    verify.add_argument("--trials", type=int, default=5, help="random correctness cases")
+    verify.add_argument("--no-timing", action="store_true", help="skip timing")
+    verify.add_argument("--atol", type=float, help="absolute tolerance")
+    verify.add_argument("--rtol", type=float, help="relative tolerance")
+    verify.add_argument("--seed", type=int, help="seed of the random inputs")
+    verify.add_argument("--format", choices=("auto", "functional", "kernelbench"), default="auto")
+    verify.add_argument("--time-budget", type=float, metavar="S", help="job budget in seconds")
+
+
+def _add_sandbox(subparsers: argparse._SubParsersAction) -> None:
+    """`drtriton sandbox {serve,info}`; a bare `drtriton sandbox` prints its help and
+    exits 2, since it is a usage error."""
     sandbox = subparsers.add_parser("sandbox", help="run or query a sandbox server")
     commands = sandbox.add_subparsers(dest="sandbox_command", metavar="COMMAND")
     sandbox.set_defaults(handler=lambda _args: sandbox.print_help() or EXIT_ERROR)
+    _add_serve(commands)
+    _add_info(commands)
 
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
+    """`drtriton sandbox serve`: where to listen, what to run on, and who may call."""
     serve = commands.add_parser(
         "serve",
         help="serve the Sandbox gRPC service",
@@ -74,6 +96,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=50051, help="0 picks a free port")
     serve.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    _add_serve_capacity(serve)
+    serve.add_argument(
+        "--allow-weak-isolation",
+        action="store_true",
+        help="serve even where the host lacks isolation features (they are listed)",
+    )
+    serve.add_argument(
+        "--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    )
+    _add_server_security(serve)
+    serve.set_defaults(handler=_serve)
+
+
+def _add_serve_capacity(serve: argparse.ArgumentParser) -> None:
+    """How much the server grades at once and holds waiting; `_serve` checks the counts,
+    which argparse cannot bound."""
     serve.add_argument("--workers", type=int, help="jobs graded at once (all GPUs together)")
     serve.add_argument(
         "--gpus",
@@ -91,17 +129,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--job-timeout", type=float, metavar="S", help="default and maximum job budget"
     )
-    serve.add_argument(
-        "--allow-weak-isolation",
-        action="store_true",
-        help="serve even where the host lacks isolation features (they are listed)",
-    )
-    serve.add_argument(
-        "--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR")
-    )
-    _add_server_security(serve)
-    serve.set_defaults(handler=_serve)
 
+
+def _add_info(commands: argparse._SubParsersAction) -> None:
+    """`drtriton sandbox info`: ask a running server what it is, with the same access
+    flags as `verify --server`."""
     info = commands.add_parser("info", help="show a server's device, workers and isolation")
     info.add_argument("--server", required=True, metavar="HOST:PORT")
     info.add_argument("--timeout", type=float, default=10, metavar="S")

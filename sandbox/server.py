@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -55,6 +55,9 @@ from sandbox.errors import (
 )
 from sandbox.limits import ClientLimitError, InFlightLimiter, check_source_size
 from sandbox.result import VerifyResult
+
+if TYPE_CHECKING:
+    from sandbox.runner import JobRunner
 
 log = logging.getLogger("drtriton.sandbox.server")
 
@@ -599,11 +602,41 @@ async def serve(
     out = out or sys.stdout
     err = err or sys.stderr
     server_config = server_config or ServerConfig()
+    security = _load_security(host, server_config, err)
+    if security is None:
+        return 2
+
+    from sandbox.runner import JobRunner  # heavy (torch): only when serving
+
+    loop = asyncio.get_running_loop()
+    signals = asyncio.Queue[int]()
+    installed = _install_signal_handlers(loop, signals)
+    runner = JobRunner(config)
+    try:
+        server = _bind_server(runner, host, port, security, server_config, err)
+        if server is None:
+            return 2
+        status = await _start_runner(runner, server, signals, config, err)
+        if status is not None:
+            return status
+
+        await server.start()
+        _announce(server, runner, config, security, out)
+        return await _serve_until_signal(server, signals, err, drain_grace_s)
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+def _load_security(host: str, server_config: ServerConfig, err: TextIO) -> ServerSecurity | None:
+    """TLS and client tokens for `host`, checked before anything starts so a misconfigured
+    server never listens; None (after one line on `err`) when the configuration is
+    refused. An exposed `--insecure` server is announced loudly on `err` and in the log."""
     try:
         security = load_server_security(host, server_config)
     except SecurityConfigError as error:
         print(f"drtriton: error: {_one_line(error)}", file=err, flush=True)
-        return 2
+        return None
     if security.insecure_exposed:
         log.warning("serving %s without TLS or client tokens (--insecure)", host)
         print(
@@ -613,60 +646,93 @@ async def serve(
             file=err,
             flush=True,
         )
+    return security
 
-    from sandbox.runner import JobRunner  # heavy (torch): only when serving
 
-    loop = asyncio.get_running_loop()
-    signals = asyncio.Queue[int]()
+def _install_signal_handlers(
+    loop: asyncio.AbstractEventLoop, signals: asyncio.Queue[int]
+) -> list[int]:
+    """Turn SIGTERM/SIGINT into items of `signals`, so start-up and draining can wait on
+    them; returns the signals handled (where the loop cannot, e.g. off the main thread,
+    the default handling stays), for the caller to remove."""
     installed: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, signals.put_nowait, signum)
             installed.append(signum)
+    return installed
 
-    runner = JobRunner(config)
+
+def _bind_server(
+    runner: Runner,
+    host: str,
+    port: int,
+    security: ServerSecurity,
+    server_config: ServerConfig,
+    err: TextIO,
+) -> SandboxServer | None:
+    """Build the server and claim its address before the slow runner start-up, so a busy
+    port or an unwritable audit log fails fast; None (after one line on `err`) when the
+    address or the audit log cannot be opened."""
     try:
-        try:
-            server = SandboxServer(runner, host, port, security=security, config=server_config)
-            server.bind()
-        except OSError as error:
-            print(f"drtriton: error: {_one_line(error)}", file=err, flush=True)
-            return 2
-        status = await _start_runner(runner, server, signals, config, err)
-        if status is not None:
-            return status
+        server = SandboxServer(runner, host, port, security=security, config=server_config)
+        server.bind()
+    except OSError as error:
+        print(f"drtriton: error: {_one_line(error)}", file=err, flush=True)
+        return None
+    return server
 
-        await server.start()
-        print(f"listening on {server.address}", file=out, flush=True)
-        for line in _summary(runner.info(), config, security):
-            print(line, file=out)
-        if len(runner.gpu_shares) > 1:
-            shares = ", ".join(f"{gpu} ({count})" for gpu, count in runner.gpu_shares)
-            print(f"gpus (workers): {shares}", file=out)
-        out.flush()
 
-        signum = await signals.get()
-        log.info("signal %d: draining", signum)
-        print("draining: finishing in-flight jobs (signal again to stop now)", file=err, flush=True)
-        drain = asyncio.create_task(server.drain())
-        again = asyncio.create_task(signals.get())
-        await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
-        forced = not drain.done()
-        if forced:
-            drain.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await drain
-        else:
-            again.cancel()
-            drain.result()
-        # Drained: the answers left are being written; open health watches would hold
-        # the whole grace period, so keep it short.
-        await server.stop(0 if forced else drain_grace_s)
-        print("stopped" + (" without draining" if forced else ""), file=err, flush=True)
-        return 130 if forced else 0
-    finally:
-        for signum in installed:
-            loop.remove_signal_handler(signum)
+def _announce(
+    server: SandboxServer,
+    runner: JobRunner,
+    config: SandboxConfig,
+    security: ServerSecurity,
+    out: TextIO,
+) -> None:
+    """`listening on HOST:PORT` as the first stdout line (callers wait for it to learn the
+    port), then the summary an operator reads at a glance."""
+    print(f"listening on {server.address}", file=out, flush=True)
+    for line in _summary(runner.info(), config, security):
+        print(line, file=out)
+    if len(runner.gpu_shares) > 1:
+        shares = ", ".join(f"{gpu} ({count})" for gpu, count in runner.gpu_shares)
+        print(f"gpus (workers): {shares}", file=out)
+    out.flush()
+
+
+async def _serve_until_signal(
+    server: SandboxServer, signals: asyncio.Queue[int], err: TextIO, drain_grace_s: float
+) -> int:
+    """Serve until a signal, then drain and stop; the exit status: 0 once drained, 130
+    when a second signal cut the drain short."""
+    signum = await signals.get()
+    log.info("signal %d: draining", signum)
+    print("draining: finishing in-flight jobs (signal again to stop now)", file=err, flush=True)
+    forced = await _drain_unless_signalled(server, signals)
+    # Drained: the answers left are being written; open health watches would hold
+    # the whole grace period, so keep it short.
+    await server.stop(0 if forced else drain_grace_s)
+    print("stopped" + (" without draining" if forced else ""), file=err, flush=True)
+    return 130 if forced else 0
+
+
+async def _drain_unless_signalled(server: SandboxServer, signals: asyncio.Queue[int]) -> bool:
+    """Let in-flight jobs finish, unless another signal comes first: an operator who
+    signals again wants out now. True when the drain was cut short; a failed drain
+    raises."""
+    drain = asyncio.create_task(server.drain())
+    again = asyncio.create_task(signals.get())
+    await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
+    forced = not drain.done()
+    if forced:
+        drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await drain
+    else:
+        again.cancel()
+        drain.result()
+    return forced
 
 
 async def _start_runner(
