@@ -61,6 +61,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("drtriton.sandbox.server")
 
+
+def _not_a_cancellation(record: logging.LogRecord) -> bool:
+    """False for grpc's report of a call it cancelled itself (stopping without a grace
+    period cancels every call still running): a traceback for what the operator asked."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not isinstance(error, asyncio.CancelledError)
+
+
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Sandbox"].full_name
 # Answers carry a bounded candidate log and trial messages; requests are bounded tighter
 # (`request_limit`), so a caller without a token cannot make the server read 64 MiB.
@@ -151,10 +159,15 @@ class HealthService(health_pb2_grpc.HealthServicer):
             if status != last:
                 yield health_pb2.HealthCheckResponse(status=status)
                 last = status
-            async with self._changed:
-                await self._changed.wait_for(
-                    functools.partial(self._differs, request.service, last)
-                )
+            try:
+                async with self._changed:
+                    await self._changed.wait_for(
+                        functools.partial(self._differs, request.service, last)
+                    )
+            except asyncio.CancelledError:  # the client left, or the server stopped
+                if not self._frozen:
+                    raise
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "the server stopped")
 
     def _current(self, service: str) -> int:
         return self._status.get(service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
@@ -304,8 +317,13 @@ class SandboxService(sandbox_pb2_grpc.SandboxServicer):
         # Each outcome is recorded before the client hears of it.
         try:
             response = await self._run(request, context.time_remaining(), client)
-        except asyncio.CancelledError:  # the client left
+        except asyncio.CancelledError:  # the client left, or the server stopped now
             self._record("Verify", client, context, request, "CANCELLED", None, started)
+            if not self.draining:
+                raise
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "the server stopped before the job ended"
+            )
             raise
         except Exception as err:  # noqa: BLE001 - every error becomes a status
             code, details = status_of(err)
@@ -549,6 +567,8 @@ class SandboxServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
         if self._server is not None:
+            # Calls still running when the grace ends are cancelled: not an error to log.
+            logging.getLogger("grpc._cython.cygrpc").addFilter(_not_a_cancellation)
             await self._server.stop(grace_s)
         await self.runner.close()
         if self.audit is not None:

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import importlib.metadata
 import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -270,6 +271,50 @@ def test_sigterm_drains_in_flight_jobs(small_server: ServerProcess) -> None:
         assert answer.request_id == "in-flight"
         assert answer.verdict == pb.CORRECT, answer.message
     assert small_server.wait_exit() == 0, "".join(small_server.stderr)
+
+
+def test_a_second_signal_stops_at_once_without_a_traceback() -> None:
+    """Signalled again while draining, the server stops now: the jobs it cut short are
+    UNAVAILABLE to their clients (retried elsewhere), an open health watch ends the same
+    way, and stderr says so in one line, with no traceback of the calls it cancelled."""
+    server = ServerProcess(*server_args(1))
+    try:
+        server.wait_listening()
+        _stop_twice(server)
+    except BaseException:
+        server.kill()
+        raise
+    stderr = "".join(server.stderr)
+    assert "stopped without draining" in stderr
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+
+
+def _stop_twice(server: ServerProcess) -> None:
+    """Two jobs in flight and a health watch open, then two SIGTERMs."""
+    with grpc.insecure_channel(server.target) as channel:
+        stub = sandbox_pb2_grpc.SandboxStub(channel)
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service=""), timeout=120
+        )
+        assert next(watch).status == SERVING
+        jobs = [
+            stub.Verify.future(request(SLOW_GOOD_RELU, f"job-{i}"), timeout=120) for i in range(2)
+        ]
+        wait_until(
+            lambda: stub.GetInfo(pb.GetInfoRequest(), timeout=10).busy_workers == 1,
+            60,
+            "a job to start",
+        )
+        server.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: any("draining" in line for line in server.stderr), 30, "draining")
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.wait_exit() == 130
+        for job in jobs:
+            with pytest.raises(grpc.RpcError) as caught:
+                job.result()
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        with pytest.raises(grpc.RpcError):
+            list(watch)
 
 
 # -- the translation layer over a scripted runner ---------------------------------------------
