@@ -159,7 +159,7 @@ def timing_commands(harness: Any) -> dict[str, Command]:
 
         def before_run(run: int) -> None:
             index = schedule[calls - runs + run]
-            loop.outside(lambda: bring(index))
+            outside(lambda: bring(index))
 
         def step() -> None:
             call = next_call()
@@ -167,9 +167,11 @@ def timing_commands(harness: Any) -> dict[str, Command]:
 
         started = perf()
         loop = instruments.call("normal", classify, steps=True)
+        # Bound before any call: the stretch's attributes are reachable from a call.
+        hold, outside = loop.hold, loop.outside
         with loop:
             for inputs in sets:
-                loop.hold(inputs)  # (checked for loose ends with the outputs)
+                hold(inputs)  # (checked for loose ends with the outputs)
             guarded = loop.armed(step)
             if wall:
                 times = [time_wall(guarded, clock, runs)]
@@ -178,7 +180,7 @@ def timing_commands(harness: Any) -> dict[str, Command]:
             else:
                 times = time_cuda(guarded, clock, runs, warmup, before_run)
             for result in kept:
-                loop.hold(result)
+                hold(result)
         if refused(loop.report):
             return
         changed = clock_changed()
